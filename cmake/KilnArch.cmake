@@ -1,0 +1,13 @@
+# Chooses the instruction set the kernels are compiled for.
+set(KILN_ARCH_FLAGS "")
+if(KILN_ARCH STREQUAL "auto")
+  if(EXISTS /proc/cpuinfo)
+    file(READ /proc/cpuinfo _kiln_cpuinfo LIMIT 8192)
+    if(_kiln_cpuinfo MATCHES " avx2 " AND _kiln_cpuinfo MATCHES " fma " AND _kiln_cpuinfo MATCHES " f16c ")
+      set(KILN_ARCH_FLAGS -march=x86-64-v3)
+    endif()
+  endif()
+elseif(NOT KILN_ARCH STREQUAL "")
+  set(KILN_ARCH_FLAGS -march=${KILN_ARCH})
+endif()
+message(STATUS "kiln: kernel ISA flags: '${KILN_ARCH_FLAGS}'")

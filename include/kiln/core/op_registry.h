@@ -1,0 +1,156 @@
+#pragma once
+// The one op registry.
+//
+// Each op has a name, an attribute schema, shape/dtype inference, a gradient slot
+// (vjp, filled by the autodiff layer) and kernels per (backend, dtype). Op
+// definitions are registered by the ops layer, kernels by each backend, both by name
+// at static-initialisation time; `call_op` is the single dispatch path that eager
+// calls (and later graph execution) go through.
+//
+// Thread-safety: registration happens during static initialisation; afterwards the
+// registry is read-only and may be used from any thread.
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "kiln/core/device.h"
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, DType>;
+
+// A small ordered list of named attributes.
+class Attrs {
+ public:
+  Attrs() = default;
+  Attrs(std::initializer_list<std::pair<std::string, AttrValue>> items) : items_(items) {}
+  void set(std::string name, AttrValue v);
+  bool has(std::string_view name) const { return find(name) != nullptr; }
+  int64_t get_int(std::string_view name) const;
+  int64_t get_int(std::string_view name, int64_t dflt) const;
+  double get_float(std::string_view name) const;
+  double get_float(std::string_view name, double dflt) const;
+  bool get_bool(std::string_view name, bool dflt) const;
+  const std::string& get_string(std::string_view name) const;
+  std::string get_string(std::string_view name, const std::string& dflt) const;
+  const std::vector<int64_t>& get_ints(std::string_view name) const;
+  std::vector<int64_t> get_ints(std::string_view name, const std::vector<int64_t>& dflt) const;
+  DType get_dtype(std::string_view name) const;
+  DType get_dtype(std::string_view name, DType dflt) const;
+  const std::vector<std::pair<std::string, AttrValue>>& items() const { return items_; }
+  std::string str() const;
+
+ private:
+  const AttrValue* find(std::string_view name) const;
+  const AttrValue& require(std::string_view name) const;
+  std::vector<std::pair<std::string, AttrValue>> items_;
+};
+
+struct TensorMeta {
+  Shape shape;
+  DType dtype;
+};
+
+enum class AttrType { kInt, kFloat, kBool, kString, kInts, kDType };
+struct AttrSpec {
+  std::string name;
+  AttrType type;
+  std::string doc;
+};
+
+struct OpDef;
+
+struct OpContext {
+  const OpDef& op;
+  std::span<const Tensor> in;
+  std::span<Tensor> out;
+  const Attrs& attrs;
+};
+
+// Validates inputs and attrs and returns the outputs' shapes and dtypes; throws a
+// typed kiln::Error on bad input. Must not touch tensor data.
+using InferFn = std::vector<TensorMeta> (*)(std::span<const TensorMeta> in, const Attrs& attrs);
+// Computes outputs (already allocated with the inferred shapes) from inputs.
+using KernelFn = void (*)(OpContext& ctx);
+// Vector-Jacobian product: gradients w.r.t. each input (undefined Tensor for an input
+// that gets none), from inputs, outputs and the cotangents of the outputs.
+using VjpFn = std::vector<Tensor> (*)(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                                      std::span<const Tensor> cotangents, const Attrs& attrs);
+
+enum class Differentiable : uint8_t { kUnknown, kYes, kNo };
+
+struct OpDef {
+  std::string name;
+  std::string doc;
+  int num_inputs = -1;       // -1: variadic
+  int dispatch_input = 0;    // input whose dtype selects the kernel; -1: output 0's dtype
+  std::vector<AttrSpec> attrs;
+  InferFn infer = nullptr;
+  VjpFn vjp = nullptr;
+  Differentiable differentiable = Differentiable::kUnknown;
+  // kernels[device type][dtype]
+  std::array<std::array<KernelFn, kNumDTypes>, kNumDeviceTypes> kernels{};
+
+  KernelFn kernel(DeviceType dev, DType dt) const {
+    return kernels[static_cast<int>(dev)][static_cast<int>(dt)];
+  }
+};
+
+class OpRegistry {
+ public:
+  static OpRegistry& global();
+  // Returns the definition, creating an empty one on first mention (ops and kernels
+  // may register in any order).
+  OpDef& def(const std::string& name);
+  // Throws NotFoundError for an unknown op.
+  const OpDef& get(const std::string& name) const;
+  const OpDef* find(const std::string& name) const;
+  void register_kernel(const std::string& op, DeviceType dev, DType dt, KernelFn fn);
+  std::vector<const OpDef*> all() const;
+
+ private:
+  std::map<std::string, OpDef, std::less<>> ops_;
+};
+
+// Observes every op executed eagerly on this thread (used by gradient tapes).
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual void on_op(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                     const Attrs& attrs) = 0;
+};
+// Installs an observer for the current thread; returns the previous one.
+OpObserver* set_op_observer(OpObserver* observer);
+
+// Runs `op` eagerly: infers output metadata (validating), allocates outputs on the
+// inputs' device (or `device` for ops without inputs), runs the kernel.
+std::vector<Tensor> call_op(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs,
+                            Device device = Device::cpu());
+// Single-output convenience.
+Tensor call_op1(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs,
+                Device device = Device::cpu());
+
+// Static registration helpers.
+struct OpRegistration {
+  explicit OpRegistration(OpDef def);
+};
+struct KernelRegistration {
+  KernelRegistration(const char* op, DeviceType dev, std::initializer_list<DType> dtypes, KernelFn fn);
+  KernelRegistration(const char* op, DeviceType dev, DType dtype, KernelFn fn);
+};
+
+}  // namespace kiln
+
+#define KILN_CONCAT_INNER(a, b) a##b
+#define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
+#define KILN_REGISTER_OP(...) \
+  static ::kiln::OpRegistration KILN_CONCAT(kiln_op_reg_, __COUNTER__)(__VA_ARGS__)
+#define KILN_REGISTER_KERNEL(op, dev, dtypes, fn) \
+  static ::kiln::KernelRegistration KILN_CONCAT(kiln_kernel_reg_, __COUNTER__)(op, dev, dtypes, fn)

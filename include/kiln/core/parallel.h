@@ -1,0 +1,38 @@
+#pragma once
+// The intra-op thread pool.
+//
+// kiln has exactly one intra-op pool per process: the OpenMP runtime, which oneDNN
+// (Debian's build uses OpenMP threading) also runs on. Sharing it means kiln's own
+// loops and oneDNN's kernels never spin two pools on the same cores. The size is the
+// number of cores, or KILN_NUM_THREADS if set, or set_num_threads().
+#include <cstdint>
+#include <functional>
+
+namespace kiln {
+
+int num_threads();
+// Sets the pool size for subsequent parallel regions (>= 1).
+void set_num_threads(int n);
+
+// Runs fn(begin, end) over [0, n) split into contiguous ranges of at least `grain`
+// iterations, on the intra-op pool. Runs inline when n <= grain or when called from
+// inside a parallel region. fn must not throw.
+template <typename F>
+void parallel_for(int64_t n, int64_t grain, F&& fn);
+
+namespace detail {
+void parallel_for_impl(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+bool in_parallel_region();
+}  // namespace detail
+
+template <typename F>
+void parallel_for(int64_t n, int64_t grain, F&& fn) {
+  if (n <= 0) return;
+  if (n <= grain || num_threads() == 1 || detail::in_parallel_region()) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  detail::parallel_for_impl(n, grain, std::function<void(int64_t, int64_t)>(fn));
+}
+
+}  // namespace kiln

@@ -1,0 +1,207 @@
+#include "kiln/core/op_registry.h"
+
+#include <sstream>
+
+namespace kiln {
+
+// ---- Attrs -------------------------------------------------------------------------
+
+void Attrs::set(std::string name, AttrValue v) {
+  for (auto& [k, val] : items_)
+    if (k == name) {
+      val = std::move(v);
+      return;
+    }
+  items_.emplace_back(std::move(name), std::move(v));
+}
+
+const AttrValue* Attrs::find(std::string_view name) const {
+  for (auto& [k, v] : items_)
+    if (k == name) return &v;
+  return nullptr;
+}
+
+const AttrValue& Attrs::require(std::string_view name) const {
+  const AttrValue* v = find(name);
+  if (!v) throw InvalidArgumentError("missing attribute '" + std::string(name) + "'");
+  return *v;
+}
+
+namespace {
+template <typename T>
+const T& as(const AttrValue& v, std::string_view name, const char* type) {
+  if (const T* p = std::get_if<T>(&v)) return *p;
+  throw InvalidArgumentError("attribute '" + std::string(name) + "' must be " + type);
+}
+}  // namespace
+
+int64_t Attrs::get_int(std::string_view n) const {
+  const AttrValue& v = require(n);
+  if (const bool* b = std::get_if<bool>(&v)) return *b;
+  return as<int64_t>(v, n, "an integer");
+}
+int64_t Attrs::get_int(std::string_view n, int64_t d) const { return has(n) ? get_int(n) : d; }
+double Attrs::get_float(std::string_view n) const {
+  const AttrValue& v = require(n);
+  if (const int64_t* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
+  return as<double>(v, n, "a number");
+}
+double Attrs::get_float(std::string_view n, double d) const { return has(n) ? get_float(n) : d; }
+bool Attrs::get_bool(std::string_view n, bool d) const {
+  const AttrValue* v = find(n);
+  if (!v) return d;
+  if (const int64_t* i = std::get_if<int64_t>(v)) return *i != 0;
+  return as<bool>(*v, n, "a bool");
+}
+const std::string& Attrs::get_string(std::string_view n) const { return as<std::string>(require(n), n, "a string"); }
+std::string Attrs::get_string(std::string_view n, const std::string& d) const { return has(n) ? get_string(n) : d; }
+const std::vector<int64_t>& Attrs::get_ints(std::string_view n) const {
+  return as<std::vector<int64_t>>(require(n), n, "a list of integers");
+}
+std::vector<int64_t> Attrs::get_ints(std::string_view n, const std::vector<int64_t>& d) const {
+  return has(n) ? get_ints(n) : d;
+}
+DType Attrs::get_dtype(std::string_view n) const { return as<DType>(require(n), n, "a dtype"); }
+DType Attrs::get_dtype(std::string_view n, DType d) const { return has(n) ? get_dtype(n) : d; }
+
+std::string Attrs::str() const {
+  std::ostringstream os;
+  os << '{';
+  bool first = true;
+  for (auto& [k, v] : items_) {
+    os << (first ? "" : ", ") << k << '=';
+    first = false;
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+            os << '[';
+            for (size_t i = 0; i < x.size(); ++i) os << (i ? "," : "") << x[i];
+            os << ']';
+          } else if constexpr (std::is_same_v<T, DType>) {
+            os << dtype_name(x);
+          } else {
+            os << x;
+          }
+        },
+        v);
+  }
+  os << '}';
+  return os.str();
+}
+
+// ---- Registry ----------------------------------------------------------------------
+
+OpRegistry& OpRegistry::global() {
+  static OpRegistry* r = new OpRegistry();  // never destroyed: kernels may run during exit
+  return *r;
+}
+
+OpDef& OpRegistry::def(const std::string& name) {
+  auto it = ops_.find(name);
+  if (it == ops_.end()) {
+    it = ops_.emplace(name, OpDef{}).first;
+    it->second.name = name;
+  }
+  return it->second;
+}
+
+const OpDef* OpRegistry::find(const std::string& name) const {
+  auto it = ops_.find(name);
+  return it == ops_.end() ? nullptr : &it->second;
+}
+
+const OpDef& OpRegistry::get(const std::string& name) const {
+  const OpDef* d = find(name);
+  if (!d || !d->infer) throw NotFoundError("no op named '" + name + "' is registered");
+  return *d;
+}
+
+void OpRegistry::register_kernel(const std::string& op, DeviceType dev, DType dt, KernelFn fn) {
+  def(op).kernels[static_cast<int>(dev)][static_cast<int>(dt)] = fn;
+}
+
+std::vector<const OpDef*> OpRegistry::all() const {
+  std::vector<const OpDef*> v;
+  for (auto& [k, d] : ops_)
+    if (d.infer) v.push_back(&d);
+  return v;
+}
+
+OpRegistration::OpRegistration(OpDef d) {
+  OpDef& slot = OpRegistry::global().def(d.name);
+  auto kernels = slot.kernels;  // kernels may have registered first
+  slot = std::move(d);
+  slot.kernels = kernels;
+}
+
+KernelRegistration::KernelRegistration(const char* op, DeviceType dev, std::initializer_list<DType> dtypes,
+                                       KernelFn fn) {
+  for (DType t : dtypes) OpRegistry::global().register_kernel(op, dev, t, fn);
+}
+KernelRegistration::KernelRegistration(const char* op, DeviceType dev, DType dtype, KernelFn fn) {
+  OpRegistry::global().register_kernel(op, dev, dtype, fn);
+}
+
+// ---- Dispatch ----------------------------------------------------------------------
+
+namespace {
+thread_local OpObserver* t_observer = nullptr;
+}
+
+OpObserver* set_op_observer(OpObserver* o) {
+  OpObserver* prev = t_observer;
+  t_observer = o;
+  return prev;
+}
+
+namespace {
+constexpr int kInlineInputs = 8;
+
+void run(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, Device device, std::vector<Tensor>& outs) {
+  if (op.num_inputs >= 0 && static_cast<int>(inputs.size()) != op.num_inputs)
+    throw InvalidArgumentError(detail::str_cat("op '", op.name, "' takes ", op.num_inputs, " inputs, got ", inputs.size()));
+  TensorMeta inline_meta[kInlineInputs];
+  std::vector<TensorMeta> heap_meta;
+  TensorMeta* meta = inline_meta;
+  if (inputs.size() > kInlineInputs) {
+    heap_meta.resize(inputs.size());
+    meta = heap_meta.data();
+  }
+  if (!inputs.empty()) device = inputs[0].device();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined()) throw InvalidArgumentError(detail::str_cat("op '", op.name, "': input ", i, " is undefined"));
+    if (t.device() != device)
+      throw InvalidArgumentError(detail::str_cat("op '", op.name, "': input ", i, " is on ", t.device().str(),
+                                                 " but input 0 is on ", device.str()));
+    meta[i] = TensorMeta{t.shape(), t.dtype()};
+  }
+  std::vector<TensorMeta> out_meta = op.infer(std::span<const TensorMeta>(meta, inputs.size()), attrs);
+  DType key = op.dispatch_input >= 0 ? meta[op.dispatch_input].dtype : out_meta.at(0).dtype;
+  KernelFn k = op.kernel(device.type, key);
+  if (!k)
+    throw UnimplementedError(detail::str_cat("op '", op.name, "' has no ", device_type_name(device.type),
+                                             " kernel for dtype ", dtype_name(key)));
+  outs.clear();
+  outs.reserve(out_meta.size());
+  for (auto& m : out_meta) outs.push_back(Tensor::empty(m.shape, m.dtype, device));
+  OpContext ctx{op, inputs, outs, attrs};
+  k(ctx);
+  if (t_observer) t_observer->on_op(op, inputs, outs, attrs);
+}
+}  // namespace
+
+std::vector<Tensor> call_op(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, Device device) {
+  std::vector<Tensor> outs;
+  run(op, inputs, attrs, device, outs);
+  return outs;
+}
+
+Tensor call_op1(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, Device device) {
+  std::vector<Tensor> outs;
+  run(op, inputs, attrs, device, outs);
+  return std::move(outs[0]);
+}
+
+}  // namespace kiln

@@ -1,0 +1,53 @@
+#include "kiln/core/parallel.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <thread>
+
+namespace kiln {
+namespace {
+int initial_threads() {
+  if (const char* env = std::getenv("KILN_NUM_THREADS")) {
+    int n = std::atoi(env);
+    if (n >= 1) return n;
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+std::atomic<int>& threads() {
+  static std::atomic<int> n{[] {
+    int t = initial_threads();
+    omp_set_num_threads(t);  // oneDNN runs on the same OpenMP pool
+    return t;
+  }()};
+  return n;
+}
+}  // namespace
+
+int num_threads() { return threads().load(std::memory_order_relaxed); }
+
+void set_num_threads(int n) {
+  n = std::max(1, n);
+  threads().store(n);
+  omp_set_num_threads(n);
+}
+
+namespace detail {
+bool in_parallel_region() { return omp_in_parallel() != 0; }
+
+void parallel_for_impl(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(grain, 1));
+  int nt = static_cast<int>(std::min<int64_t>(num_threads(), max_chunks));
+#pragma omp parallel num_threads(nt)
+  {
+    int t = omp_get_thread_num();
+    int T = omp_get_num_threads();
+    int64_t begin = n * t / T, end = n * (t + 1) / T;
+    if (begin < end) fn(begin, end);
+  }
+}
+}  // namespace detail
+
+}  // namespace kiln

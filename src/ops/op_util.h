@@ -1,0 +1,35 @@
+#pragma once
+// Helpers shared by the op definitions (internal).
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/core/op_registry.h"
+
+namespace kiln::ops::detail {
+
+// Looks an op up once; `name` must be registered (internal error otherwise).
+const OpDef& op(const char* name);
+
+inline Tensor call1(const OpDef& d, std::initializer_list<Tensor> in, const Attrs& attrs = {}) {
+  return call_op1(d, std::span<const Tensor>(in.begin(), in.size()), attrs);
+}
+// Function-local cached op lookup: KILN_OP("add") -> const OpDef&.
+#define KILN_OP(name)                                                \
+  ([]() -> const ::kiln::OpDef& {                                    \
+    static const ::kiln::OpDef& d = ::kiln::ops::detail::op(name);   \
+    return d;                                                        \
+  }())
+
+// Inference helpers.
+std::vector<TensorMeta> infer_same(std::span<const TensorMeta> in, const Attrs&);
+std::vector<TensorMeta> infer_broadcast(std::span<const TensorMeta> in, const Attrs&);
+std::vector<TensorMeta> infer_broadcast_bool(std::span<const TensorMeta> in, const Attrs&);
+void require_same_dtype(const char* op, std::span<const TensorMeta> in);
+void require_floating(const char* op, const TensorMeta& m);
+std::string dtype_str(DType t);
+
+// Axis list normalisation: sorted unique axes in [0, rank); empty input = all axes.
+std::vector<int> normalize_axes(const std::vector<int64_t>& axes, int rank, const char* op);
+
+}  // namespace kiln::ops::detail

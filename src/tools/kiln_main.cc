@@ -1,0 +1,70 @@
+// The `kiln` command-line tool.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "kiln/core/op_registry.h"
+#include "kiln/core/parallel.h"
+#include "kiln/core/version.h"
+
+namespace {
+
+int cmd_ops(bool verbose) {
+  auto ops = kiln::OpRegistry::global().all();
+  std::printf("%-28s %-6s %s\n", "op", "device", "dtypes");
+  for (const kiln::OpDef* d : ops) {
+    for (int dev = 0; dev < kiln::kNumDeviceTypes; ++dev) {
+      std::string dts;
+      for (int t = 0; t < kiln::kNumDTypes; ++t)
+        if (d->kernels[dev][t]) {
+          if (!dts.empty()) dts += ' ';
+          dts += kiln::dtype_name(static_cast<kiln::DType>(t));
+        }
+      if (dts.empty()) continue;
+      std::printf("%-28s %-6s %s\n", d->name.c_str(), kiln::device_type_name(static_cast<kiln::DeviceType>(dev)),
+                  dts.c_str());
+    }
+    if (verbose && !d->doc.empty()) std::printf("    %s\n", d->doc.c_str());
+  }
+  std::printf("%zu ops\n", ops.size());
+  return 0;
+}
+
+int cmd_devices() {
+  for (int t = 0; t < kiln::kNumDeviceTypes; ++t) {
+    kiln::Backend* b = kiln::find_backend(static_cast<kiln::DeviceType>(t));
+    if (!b) continue;
+    for (int i = 0; i < b->device_count(); ++i) {
+      kiln::DeviceProperties p = b->properties(i);
+      std::string feats;
+      for (auto& f : p.features) feats += f + " ";
+      std::printf("%s:%d  %s  memory=%.1f GiB  features: %s\n", b->name(), i, p.name.c_str(),
+                  static_cast<double>(p.memory_bytes) / (1 << 30), feats.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln: train, compile, package and serve deep-learning models"};
+  app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION_STRING);
+  app.require_subcommand(0, 1);
+  bool verbose = false;
+  auto* ops = app.add_subcommand("ops", "List every registered op with its dtypes per backend");
+  ops->add_flag("-v,--verbose", verbose, "Also print each op's description");
+  auto* devices = app.add_subcommand("devices", "List the devices kiln can use");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*ops) return cmd_ops(verbose);
+    if (*devices) return cmd_devices();
+    std::cout << app.help();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln: %s\n", e.what());
+    return 1;
+  }
+}
