@@ -1,0 +1,15 @@
+#pragma once
+// Everything public in kiln's foundation: core types and the op library.
+#include "kiln/core/allocator.h"
+#include "kiln/core/bfc_allocator.h"
+#include "kiln/core/device.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/core/file_io.h"
+#include "kiln/core/npy.h"
+#include "kiln/core/op_registry.h"
+#include "kiln/core/parallel.h"
+#include "kiln/core/random.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops.h"

@@ -1,0 +1,42 @@
+#pragma once
+// Table-driven op tests against NumPy fixtures (ggml's test-backend-ops is the model).
+//
+// A case is fixtures/<family>/<case>.in<k>.npy (k = 0, 1, ...) and
+// fixtures/<family>/<case>.out<k>.npy, written by scripts/fixtures/gen_<family>.py.
+// Floating inputs are stored as f32 and references computed in f64 from them.
+// For each dtype of the case:
+//   f32, f64: run on inputs cast to that dtype, compare with the reference;
+//   f16, bf16: run on inputs rounded to that dtype, compare with the f32 run on the
+//              same rounded inputs (itself checked against NumPy), at that dtype's
+//              tolerance;
+//   integer dtypes: exact comparison.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace kiln::testing {
+
+using OpFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+struct OpCase {
+  std::string name;                 // fixture case name
+  OpFn fn;
+  std::vector<DType> dtypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
+  double rtol_scale = 1.0;          // loosen for ill-conditioned cases
+};
+
+std::vector<Tensor> load_inputs(const std::string& family, const std::string& name);
+std::vector<Tensor> load_outputs(const std::string& family, const std::string& name);
+// Runs one case for all its dtypes with gtest assertions.
+void run_op_case(const std::string& family, const OpCase& c);
+
+inline OpFn unary_fn(Tensor (*f)(const Tensor&)) {
+  return [f](const std::vector<Tensor>& in) { return std::vector<Tensor>{f(in[0])}; };
+}
+inline OpFn binary_fn(Tensor (*f)(const Tensor&, const Tensor&)) {
+  return [f](const std::vector<Tensor>& in) { return std::vector<Tensor>{f(in[0], in[1])}; };
+}
+
+}  // namespace kiln::testing

@@ -1,0 +1,30 @@
+#include "test_util.h"
+
+#include "kiln/core/random.h"
+
+namespace kiln::testing {
+
+std::string fixture(const std::string& rel) { return std::string(KILN_FIXTURE_DIR) + "/" + rel; }
+
+Tensor load(const std::string& rel) { return read_npy(fixture(rel)); }
+
+Tol tol_for(DType t) {
+  switch (t) {
+    case DType::kF16: return {2e-3, 2e-3};
+    case DType::kBF16: return {1.6e-2, 1.6e-2};
+    case DType::kF32: return {2e-5, 1e-6};
+    case DType::kF64: return {1e-10, 1e-12};
+    default: return {0, 0};
+  }
+}
+
+Tensor rand_tensor(const Shape& s, DType dt, double lo, double hi, uint64_t seed) {
+  std::vector<double> v(static_cast<size_t>(s.numel()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    auto b = Philox::block(seed, 0, i);
+    v[i] = lo + (hi - lo) * uints_to_unit_double(b[0], b[1]);
+  }
+  return Tensor::from_vector<double>(v, s).to(dt);
+}
+
+}  // namespace kiln::testing

@@ -1,0 +1,52 @@
+#pragma once
+// Shared test helpers: fixtures, tolerances, typed-error assertions.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace kiln::testing {
+
+// Path of a fixture file under tests/fixtures.
+std::string fixture(const std::string& rel);
+// Loads tests/fixtures/<rel>; fails the test (throws) when missing.
+Tensor load(const std::string& rel);
+
+// Tolerances by dtype for results computed in that dtype vs an f64/f32 reference.
+struct Tol {
+  double rtol, atol;
+};
+Tol tol_for(DType t);
+
+template <typename T>
+Tensor make(std::vector<T> v, Shape s) {
+  return Tensor::from_vector<T>(v, s);
+}
+
+// Deterministic pseudo-random test data in [lo, hi).
+Tensor rand_tensor(const Shape& s, DType dt, double lo = -1, double hi = 1, uint64_t seed = 1);
+
+}  // namespace kiln::testing
+
+#define EXPECT_CLOSE(actual, expected, rtol, atol)                                                  \
+  do {                                                                                              \
+    const ::kiln::Tensor& kiln_a_ = (actual);                                                       \
+    const ::kiln::Tensor& kiln_e_ = (expected);                                                     \
+    EXPECT_TRUE(::kiln::allclose(kiln_a_, kiln_e_, rtol, atol))                                     \
+        << ::kiln::describe_mismatch(kiln_a_, kiln_e_, rtol, atol);                                 \
+  } while (0)
+
+// Asserts that `stmt` throws kiln::Error with the given code and a message containing `substr`.
+#define EXPECT_KILN_ERROR(stmt, code_, substr)                                                     \
+  do {                                                                                              \
+    try {                                                                                           \
+      (void)(stmt);                                                                                 \
+      ADD_FAILURE() << "expected " #code_ " from: " #stmt;                                          \
+    } catch (const ::kiln::Error& e) {                                                              \
+      EXPECT_EQ(e.code(), ::kiln::ErrorCode::code_) << e.what();                                    \
+      EXPECT_NE(std::string(e.what()).find(substr), std::string::npos)                              \
+          << "message '" << e.what() << "' lacks '" << substr << "'";                               \
+    }                                                                                               \
+  } while (0)
