@@ -30,6 +30,11 @@ Tensor rand_tensor(const Shape& s, DType dt, double lo = -1, double hi = 1, uint
 
 }  // namespace kiln::testing
 
+namespace kiln {
+inline void PrintTo(const Shape& s, std::ostream* os) { *os << s.str(); }
+inline void PrintTo(const Tensor& t, std::ostream* os) { *os << t.str(); }
+}  // namespace kiln
+
 #define EXPECT_CLOSE(actual, expected, rtol, atol)                                                  \
   do {                                                                                              \
     const ::kiln::Tensor& kiln_a_ = (actual);                                                       \

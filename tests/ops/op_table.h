@@ -27,6 +27,8 @@ struct OpCase {
   double rtol_scale = 1.0;          // loosen for ill-conditioned cases
 };
 
+inline void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }
+
 std::vector<Tensor> load_inputs(const std::string& family, const std::string& name);
 std::vector<Tensor> load_outputs(const std::string& family, const std::string& name);
 // Runs one case for all its dtypes with gtest assertions.

@@ -1,0 +1,107 @@
+// CPU matmul: oneDNN for f32 (and bf16/f16 where the CPU has native support);
+// otherwise bf16/f16 widen to f32; f64 and integers use a cache-blocked loop.
+#include <algorithm>
+#include <cstring>
+
+#include "kernel_util.h"
+#include "kiln/core/parallel.h"
+#include "onednn.h"
+
+namespace kiln::cpu {
+namespace {
+
+struct MatmulGeom {
+  onednn::GemmDims d;
+  Shape c_batch;
+  int64_t batch = 1;  // number of output matrices
+};
+
+MatmulGeom geometry(const OpContext& ctx) {
+  const Shape &a = ctx.in[0].shape(), &b = ctx.in[1].shape(), &c = ctx.out[0].shape();
+  MatmulGeom g;
+  g.d.trans_a = ctx.attrs.get_bool("transpose_a", false);
+  g.d.trans_b = ctx.attrs.get_bool("transpose_b", false);
+  g.d.M = c[c.rank() - 2];
+  g.d.N = c[c.rank() - 1];
+  g.d.K = g.d.trans_a ? a[a.rank() - 2] : a[a.rank() - 1];
+  int nb = c.rank() - 2;
+  for (int i = 0; i < nb; ++i) {
+    int ia = a.rank() - 2 - nb + i, ib = b.rank() - 2 - nb + i;
+    g.d.a_batch.push_back(ia >= 0 ? a[ia] : 1);
+    g.d.b_batch.push_back(ib >= 0 ? b[ib] : 1);
+    g.d.c_batch.push_back(c[i]);
+    g.batch *= c[i];
+  }
+  return g;
+}
+
+void matmul_f32(OpContext& ctx) {
+  if (ctx.out[0].numel() == 0) return;
+  MatmulGeom g = geometry(ctx);
+  if (g.d.K == 0) {
+    std::memset(ctx.out[0].raw_data(), 0, ctx.out[0].nbytes());
+    return;
+  }
+  onednn::gemm(g.d, DType::kF32, ctx.in[0].raw_data(), ctx.in[1].raw_data(), ctx.out[0].raw_data());
+}
+
+void matmul_low_precision(OpContext& ctx) {
+  if (ctx.out[0].numel() == 0) return;
+  MatmulGeom g = geometry(ctx);
+  if (g.d.K > 0 &&
+      onednn::gemm(g.d, ctx.in[0].dtype(), ctx.in[0].raw_data(), ctx.in[1].raw_data(), ctx.out[0].raw_data()))
+    return;
+  via_f32<matmul_f32>(ctx);
+}
+
+// Offset of batch element `i` of an operand whose batch dims broadcast to c's.
+int64_t batch_offset(int64_t i, const onednn::GemmDims& d, const dnnl::memory::dims& own, int64_t mat) {
+  int64_t off = 0, stride = mat;
+  for (int k = static_cast<int>(own.size()) - 1; k >= 0; --k) {
+    int64_t idx = i % d.c_batch[k];
+    i /= d.c_batch[k];
+    if (own[k] != 1) off += idx * stride;
+    stride *= own[k];
+  }
+  return off;
+}
+
+template <typename T>
+void matmul_loop(OpContext& ctx) {
+  MatmulGeom g = geometry(ctx);
+  const auto& d = g.d;
+  const T* A = static_cast<const T*>(ctx.in[0].raw_data());
+  const T* B = static_cast<const T*>(ctx.in[1].raw_data());
+  T* C = static_cast<T*>(ctx.out[0].raw_data());
+  const int64_t M = d.M, N = d.N, K = d.K;
+  parallel_for(g.batch * M, std::max<int64_t>(1, 4096 / std::max<int64_t>(N * K, 1)), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      int64_t bi = r / M, m = r % M;
+      const T* a = A + batch_offset(bi, d, d.a_batch, M * K);
+      const T* b = B + batch_offset(bi, d, d.b_batch, K * N);
+      T* c = C + bi * M * N + m * N;
+      std::fill(c, c + N, T(0));
+      for (int64_t k = 0; k < K; ++k) {
+        T av = d.trans_a ? a[k * M + m] : a[m * K + k];
+        if (d.trans_b) {
+          for (int64_t n = 0; n < N; ++n) c[n] = static_cast<T>(c[n] + av * b[n * K + k]);
+        } else {
+          const T* brow = b + k * N;
+#pragma omp simd
+          for (int64_t n = 0; n < N; ++n) c[n] = static_cast<T>(c[n] + av * brow[n]);
+        }
+      }
+    }
+  });
+}
+
+KILN_REGISTER_KERNEL("matmul", kCPU, DType::kF32, matmul_f32);
+KILN_REGISTER_KERNEL("matmul", kCPU, (std::initializer_list<DType>{DType::kBF16, DType::kF16}), matmul_low_precision);
+KILN_REGISTER_KERNEL("matmul", kCPU, DType::kF64, matmul_loop<double>);
+KILN_REGISTER_KERNEL("matmul", kCPU, DType::kI32, matmul_loop<int32_t>);
+KILN_REGISTER_KERNEL("matmul", kCPU, DType::kI64, matmul_loop<int64_t>);
+KILN_REGISTER_KERNEL("matmul", kCPU, DType::kI8, matmul_loop<int8_t>);
+KILN_REGISTER_KERNEL("matmul", kCPU, DType::kU8, matmul_loop<uint8_t>);
+
+}  // namespace
+}  // namespace kiln::cpu
