@@ -8,6 +8,7 @@
 #include "kiln/core/op_registry.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/version.h"
+#include "demo.h"
 
 namespace {
 
@@ -57,10 +58,14 @@ int main(int argc, char** argv) {
   auto* ops = app.add_subcommand("ops", "List every registered op with its dtypes per backend");
   ops->add_flag("-v,--verbose", verbose, "Also print each op's description");
   auto* devices = app.add_subcommand("devices", "List the devices kiln can use");
+  int64_t demo_n = 1024;
+  auto* demo = app.add_subcommand("demo", "Numerical self-check of the op library and a matmul timing");
+  demo->add_option("-n,--size", demo_n, "matmul size")->check(CLI::Range(int64_t{16}, int64_t{8192}));
   CLI11_PARSE(app, argc, argv);
   try {
     if (*ops) return cmd_ops(verbose);
     if (*devices) return cmd_devices();
+    if (*demo) return kiln::tools::run_demo(demo_n);
     std::cout << app.help();
     return 0;
   } catch (const std::exception& e) {

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every build, test and data dependency of kiln from Debian packages.
+# Idempotent: does nothing when everything is installed already.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libdnnl-dev              # oneDNN: matmul, convolution, pooling kernels
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev             # the kiln command line
+  clang-14 libclang-rt-14-dev   # libFuzzer targets
+  python3 python3-venv     # fixture generators and interop checks (venv in the build tree)
+  dataset-fashion-mnist    # the default training data set
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

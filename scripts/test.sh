@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The test command: installs dependencies, builds and runs the test suite under the
+# default preset (RelWithDebInfo), then AddressSanitizer+UBSan, then the concurrent
+# tests under ThreadSanitizer, then a short libFuzzer run of each parser.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/kiln-ccache}"
+JOBS="${KILN_JOBS:-$(nproc)}"
+start=$(date +%s)
+step() { echo; echo "=== $* ($(( $(date +%s) - start ))s)"; }
+
+for preset in default asan tsan; do
+  step "configure + build: $preset"
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -j "$JOBS"
+  step "test: $preset"
+  ctest --preset "$preset"
+done
+
+if [ "${KILN_SKIP_FUZZ:-0}" != "1" ]; then
+  step "fuzz smoke"
+  cmake --preset fuzz >/dev/null
+  cmake --build --preset fuzz -j "$JOBS"
+  for f in build/fuzz/fuzz/*_fuzzer; do
+    name=$(basename "$f")
+    corpus="fuzz/corpus/${name%_fuzzer}"
+    # New inputs go to a scratch dir (the first corpus dir); the seed corpus stays as committed.
+    "$f" -max_total_time="${KILN_FUZZ_SECONDS:-20}" -rss_limit_mb=2048 "$(mktemp -d)" "$corpus" 2>&1 | tail -n 2
+  done
+fi
+step "all tests passed"
