@@ -155,6 +155,13 @@ OpObserver* set_op_observer(OpObserver* o) {
   return prev;
 }
 
+OpObserver* op_observer() { return t_observer; }
+
+void notify_op_observer(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                        const Attrs& attrs) {
+  if (t_observer) t_observer->on_op(op, inputs, outputs, attrs);
+}
+
 namespace {
 constexpr int kInlineInputs = 8;
 

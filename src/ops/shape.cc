@@ -214,11 +214,9 @@ void require_defined(const Tensor& x, const char* op) {
 // A buffer-sharing reshape that gradient tapes still see as a "reshape" op.
 Tensor view(const Tensor& x, const Shape& shape) {
   Tensor out = x.reshape(shape);
-  OpObserver* obs = set_op_observer(nullptr);
-  set_op_observer(obs);
-  if (obs) {
+  if (op_observer()) {
     Attrs attrs{{"shape", shape.vec()}};
-    obs->on_op(reshape_op(), std::span<const Tensor>(&x, 1), std::span<const Tensor>(&out, 1), attrs);
+    notify_op_observer(reshape_op(), std::span<const Tensor>(&x, 1), std::span<const Tensor>(&out, 1), attrs);
   }
   return out;
 }

@@ -23,6 +23,34 @@ std::vector<OpCase> cases() {
   };
 }
 
+OpFn es(const char* eq) {
+  return [eq](const std::vector<Tensor>& in) { return std::vector<Tensor>{einsum(eq, in)}; };
+}
+
+std::vector<OpCase> einsum_cases() {
+  return {
+      {"einsum_ij_jk", es("ij,jk->ik"), {DType::kF32, DType::kF64}, 50},
+      {"einsum_attn", es("bhqd,bhkd->bhqk"), {DType::kF32, DType::kF64}, 50},
+      {"einsum_transpose", es("ij->ji"), {DType::kF32, DType::kF64}},
+      {"einsum_sum", es("ij->i"), {DType::kF32, DType::kF64}, 10},
+      {"einsum_outer", es("i,j->ij"), {DType::kF32, DType::kF64}},
+      {"einsum_implicit", es("bij,jk"), {DType::kF32, DType::kF64}, 50},
+  };
+}
+
+class EinsumOps : public ::testing::TestWithParam<OpCase> {};
+TEST_P(EinsumOps, MatchesNumpy) { run_op_case("linalg", GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Table, EinsumOps, ::testing::ValuesIn(einsum_cases()), [](const auto& i) { return i.param.name; });
+
+TEST(Einsum, BadEquationsGiveTypedErrors) {
+  Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4, 5});
+  EXPECT_KILN_ERROR(einsum("ij,jk->ik", {a, b}), kInvalidArgument, "subscript 'j' has size 3 and 4");
+  EXPECT_KILN_ERROR(einsum("ijk,jk->ik", {a, b}), kInvalidArgument, "has rank 2");
+  EXPECT_KILN_ERROR(einsum("ij->iz", {a}), kInvalidArgument, "output subscript 'z'");
+  EXPECT_KILN_ERROR(einsum("ii->i", {Tensor::zeros({3, 3})}), kInvalidArgument, "repeated subscript");
+  EXPECT_KILN_ERROR(einsum("ij,jk->ik", {a}), kInvalidArgument, "operand subscripts");
+}
+
 class MatmulOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(MatmulOps, MatchesNumpy) { run_op_case("linalg", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Table, MatmulOps, ::testing::ValuesIn(cases()), [](const auto& i) { return i.param.name; });

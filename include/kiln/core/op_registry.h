@@ -128,6 +128,12 @@ class OpObserver {
 };
 // Installs an observer for the current thread; returns the previous one.
 OpObserver* set_op_observer(OpObserver* observer);
+// The current thread's observer (nullptr if none).
+OpObserver* op_observer();
+// Reports an op that ran without call_op (e.g. a buffer-sharing reshape) to the
+// current thread's observer, if any.
+void notify_op_observer(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                        const Attrs& attrs);
 
 // Runs `op` eagerly: infers output metadata (validating), allocates outputs on the
 // inputs' device (or `device` for ops without inputs), runs the kernel.
