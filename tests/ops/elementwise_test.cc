@@ -2,6 +2,7 @@
 #include <limits>
 
 #include "kiln/ops/elementwise.h"
+#include "kiln/ops/shape.h"
 
 #include "op_table.h"
 
@@ -111,6 +112,19 @@ TEST(Elementwise, NanPropagatesThroughMaximum) {
   auto v = m.to_vector<float>();
   EXPECT_TRUE(std::isnan(v[0]));
   EXPECT_TRUE(std::isnan(v[1]));
+}
+
+TEST(Elementwise, WorksOnTransposedInputs) {
+  // Inputs that were permuted (and so laid out differently from their source) give
+  // the same values as computing first and permuting after.
+  Tensor a = rand_tensor({3, 4, 5}, DType::kF32, -2, 2, 11);
+  Tensor b = rand_tensor({5, 4, 3}, DType::kF32, -2, 2, 12);
+  Tensor at = transpose(a);  // [5, 4, 3]
+  EXPECT_CLOSE(add(at, b), transpose(add(a, transpose(b))), 0, 0);
+  // exp may differ by an ulp between vector lanes and the scalar tail.
+  EXPECT_CLOSE(ops::exp(at), transpose(ops::exp(a)), 1e-6, 0);
+  Tensor row = rand_tensor({3}, DType::kF32, -2, 2, 13);
+  EXPECT_CLOSE(mul(at, row), transpose(mul(a, reshape(row, {3, 1, 1}))), 0, 0);
 }
 
 TEST(Elementwise, BadInputGivesTypedErrors) {
