@@ -1,0 +1,210 @@
+// nn ops: conv2d (+ its data and filter gradients) and 2-d pooling.
+#include "kiln/ops/nn.h"
+#include "nn_util.h"
+
+namespace kiln::ops {
+namespace {
+using detail::call1;
+using namespace nn_detail;
+
+const std::vector<AttrSpec> kConvAttrs = {
+    {"strides", AttrType::kInts, "[sh, sw], default [1, 1]"},
+    {"padding", AttrType::kString, "\"valid\", \"same\" or \"explicit\""},
+    {"explicit_paddings", AttrType::kInts, "[top, bottom, left, right] with padding \"explicit\""},
+    {"dilations", AttrType::kInts, "[dh, dw], default [1, 1]"},
+    {"groups", AttrType::kInt, "channel groups, default 1"},
+    {"data_format", AttrType::kString, "\"NHWC\" (filter HWIO) or \"NCHW\" (filter OIHW)"},
+};
+
+void require_conv_dtypes(const char* op, const TensorMeta& a, const TensorMeta& b) {
+  detail::require_floating(op, a);
+  if (a.dtype != b.dtype)
+    throw InvalidArgumentError(std::string(op) + ": operands must have one dtype, got " + detail::dtype_str(a.dtype) +
+                               " and " + detail::dtype_str(b.dtype));
+}
+
+std::vector<TensorMeta> infer_conv2d(std::span<const TensorMeta> in, const Attrs& a) {
+  if (in.size() != 2 && in.size() != 3)
+    throw InvalidArgumentError("conv2d: takes 2 or 3 inputs (x, filter[, bias]), got " + std::to_string(in.size()));
+  require_conv_dtypes("conv2d", in[0], in[1]);
+  Conv2dGeometry g = conv2d_geometry("conv2d", in[0].shape, in[1].shape, a);
+  if (in.size() == 3) check_param("conv2d", "bias", in[2], in[0].dtype, Shape{g.o});
+  return {{g.output_shape(), in[0].dtype}};
+}
+
+Shape shape_attr(const char* op, const Attrs& a, const char* name) {
+  const std::vector<int64_t>& v = a.get_ints(name);
+  if (v.size() != 4 || std::any_of(v.begin(), v.end(), [](int64_t d) { return d < 0; }))
+    throw InvalidArgumentError(std::string(op) + ": " + name + " must be 4 dims >= 0, got " + ints_str(v));
+  return Shape(v);
+}
+
+void require_dy(const char* op, const TensorMeta& dy, const Conv2dGeometry& g) {
+  if (dy.shape != g.output_shape())
+    throw InvalidArgumentError(std::string(op) + ": dy must have conv2d's output shape " + g.output_shape().str() +
+                               " for input " + g.input_shape().str() + " and filter " + g.filter_shape().str() +
+                               ", got " + dy.shape.str());
+}
+
+std::vector<TensorMeta> infer_conv2d_backward_data(std::span<const TensorMeta> in, const Attrs& a) {
+  const char* op = "conv2d_backward_data";
+  require_conv_dtypes(op, in[0], in[1]);
+  Conv2dGeometry g = conv2d_geometry(op, shape_attr(op, a, "input_shape"), in[1].shape, a);
+  require_dy(op, in[0], g);
+  return {{g.input_shape(), in[0].dtype}};
+}
+
+std::vector<TensorMeta> infer_conv2d_backward_filter(std::span<const TensorMeta> in, const Attrs& a) {
+  const char* op = "conv2d_backward_filter";
+  require_conv_dtypes(op, in[0], in[1]);
+  Conv2dGeometry g = conv2d_geometry(op, in[0].shape, shape_attr(op, a, "filter_shape"), a);
+  require_dy(op, in[1], g);
+  return {{g.filter_shape(), in[0].dtype}};
+}
+
+std::vector<TensorMeta> infer_pool2d(const char* op, std::span<const TensorMeta> in, const Attrs& a) {
+  detail::require_floating(op, in[0]);
+  return {{pool2d_geometry(op, in[0].shape, a).output_shape(), in[0].dtype}};
+}
+std::vector<TensorMeta> infer_max_pool2d(std::span<const TensorMeta> in, const Attrs& a) {
+  return infer_pool2d("max_pool2d", in, a);
+}
+std::vector<TensorMeta> infer_avg_pool2d(std::span<const TensorMeta> in, const Attrs& a) {
+  return infer_pool2d("avg_pool2d", in, a);
+}
+
+std::vector<TensorMeta> infer_global_pool2d(const char* op, std::span<const TensorMeta> in, const Attrs& a) {
+  detail::require_floating(op, in[0]);
+  bool nchw = parse_data_format(op, a);
+  const Shape& x = in[0].shape;
+  if (x.rank() != 4)
+    throw InvalidArgumentError(std::string(op) + ": input must have rank 4 (" + (nchw ? "NCHW" : "NHWC") +
+                               "), got shape " + x.str());
+  int64_t c = nchw ? x[1] : x[3];
+  Shape out = a.get_bool("keepdims", false) ? (nchw ? Shape{x[0], c, 1, 1} : Shape{x[0], 1, 1, c}) : Shape{x[0], c};
+  return {{out, in[0].dtype}};
+}
+std::vector<TensorMeta> infer_global_avg_pool2d(std::span<const TensorMeta> in, const Attrs& a) {
+  return infer_global_pool2d("global_avg_pool2d", in, a);
+}
+std::vector<TensorMeta> infer_global_max_pool2d(std::span<const TensorMeta> in, const Attrs& a) {
+  return infer_global_pool2d("global_max_pool2d", in, a);
+}
+
+OpDef def(const char* name, const char* doc, int num_inputs, InferFn infer, std::vector<AttrSpec> attrs) {
+  OpDef o;
+  o.name = name;
+  o.doc = doc;
+  o.num_inputs = num_inputs;
+  o.infer = infer;
+  o.attrs = std::move(attrs);
+  o.differentiable = Differentiable::kYes;
+  return o;
+}
+
+std::vector<AttrSpec> with(std::vector<AttrSpec> base, std::initializer_list<AttrSpec> more) {
+  base.insert(base.end(), more);
+  return base;
+}
+
+const std::vector<AttrSpec> kPoolAttrs = {
+    {"ksize", AttrType::kInts, "[kh, kw]"},
+    {"strides", AttrType::kInts, "[sh, sw]"},
+    {"padding", AttrType::kString, "\"valid\", \"same\" or \"explicit\""},
+    {"explicit_paddings", AttrType::kInts, "[top, bottom, left, right] with padding \"explicit\""},
+    {"data_format", AttrType::kString, "\"NHWC\" or \"NCHW\""},
+};
+
+KILN_REGISTER_OP(def("conv2d", "2-d convolution (cross-correlation), optional bias; NHWC/HWIO or NCHW/OIHW", -1,
+                     infer_conv2d, kConvAttrs));
+KILN_REGISTER_OP(def("conv2d_backward_data", "gradient of conv2d w.r.t. its input (transposed convolution)", 2,
+                     infer_conv2d_backward_data,
+                     with(kConvAttrs, {{"input_shape", AttrType::kInts, "shape of conv2d's input"}})));
+KILN_REGISTER_OP(def("conv2d_backward_filter", "gradient of conv2d w.r.t. its filter", 2, infer_conv2d_backward_filter,
+                     with(kConvAttrs, {{"filter_shape", AttrType::kInts, "shape of conv2d's filter"}})));
+KILN_REGISTER_OP(def("max_pool2d", "2-d max pooling", 1, infer_max_pool2d, kPoolAttrs));
+KILN_REGISTER_OP(def("avg_pool2d", "2-d average pooling (padding excluded from the count)", 1, infer_avg_pool2d,
+                     kPoolAttrs));
+KILN_REGISTER_OP(def("global_avg_pool2d", "mean over H and W", 1, infer_global_avg_pool2d,
+                     {{"data_format", AttrType::kString, "\"NHWC\" or \"NCHW\""},
+                      {"keepdims", AttrType::kBool, "keep H and W as size-1 dims"}}));
+KILN_REGISTER_OP(def("global_max_pool2d", "max over H and W", 1, infer_global_max_pool2d,
+                     {{"data_format", AttrType::kString, "\"NHWC\" or \"NCHW\""},
+                      {"keepdims", AttrType::kBool, "keep H and W as size-1 dims"}}));
+
+void set_padding(Attrs& a, const Padding& p) {
+  a.set("padding", p.mode);
+  if (!p.pads.empty()) a.set("explicit_paddings", p.pads);
+}
+
+Attrs conv_attrs(const Conv2dOptions& o) {
+  Attrs a{{"strides", o.strides},
+          {"dilations", o.dilations},
+          {"groups", o.groups},
+          {"data_format", o.data_format}};
+  set_padding(a, o.padding);
+  return a;
+}
+
+// Promotes two conv operands to one floating dtype.
+std::pair<Tensor, Tensor> promote_pair(const char* op, const char* na, const Tensor& a, const char* nb,
+                                       const Tensor& b) {
+  require_defined(op, na, a);
+  require_defined(op, nb, b);
+  DType t = promote_types(a.dtype(), b.dtype());
+  if (!is_floating(t)) t = DType::kF32;
+  return {cast(a, t), cast(b, t)};
+}
+
+Tensor pool(const OpDef& op, const char* name, const Tensor& x, const std::vector<int64_t>& ksize,
+            const std::vector<int64_t>& strides, const Padding& padding, const std::string& data_format) {
+  require_defined(name, "input", x);
+  Attrs a{{"ksize", ksize}, {"strides", strides}, {"data_format", data_format}};
+  set_padding(a, padding);
+  return call1(op, {as_floating(x)}, a);
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& opts, const Tensor& bias) {
+  auto [xx, ww] = promote_pair("conv2d", "input", x, "filter", w);
+  if (bias.defined()) return call1(KILN_OP("conv2d"), {xx, ww, param_for(bias, xx.dtype())}, conv_attrs(opts));
+  return call1(KILN_OP("conv2d"), {xx, ww}, conv_attrs(opts));
+}
+
+Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& input_shape, const Conv2dOptions& opts) {
+  auto [d, ww] = promote_pair("conv2d_backward_data", "dy", dy, "filter", w);
+  Attrs a = conv_attrs(opts);
+  a.set("input_shape", input_shape.vec());
+  return call1(KILN_OP("conv2d_backward_data"), {d, ww}, a);
+}
+
+Tensor conv2d_backward_filter(const Tensor& x, const Tensor& dy, const Shape& filter_shape,
+                              const Conv2dOptions& opts) {
+  auto [xx, d] = promote_pair("conv2d_backward_filter", "input", x, "dy", dy);
+  Attrs a = conv_attrs(opts);
+  a.set("filter_shape", filter_shape.vec());
+  return call1(KILN_OP("conv2d_backward_filter"), {xx, d}, a);
+}
+
+Tensor max_pool2d(const Tensor& x, const std::vector<int64_t>& ksize, const std::vector<int64_t>& strides,
+                  const Padding& padding, const std::string& data_format) {
+  return pool(KILN_OP("max_pool2d"), "max_pool2d", x, ksize, strides, padding, data_format);
+}
+
+Tensor avg_pool2d(const Tensor& x, const std::vector<int64_t>& ksize, const std::vector<int64_t>& strides,
+                  const Padding& padding, const std::string& data_format) {
+  return pool(KILN_OP("avg_pool2d"), "avg_pool2d", x, ksize, strides, padding, data_format);
+}
+
+Tensor global_avg_pool2d(const Tensor& x, const std::string& data_format, bool keepdims) {
+  require_defined("global_avg_pool2d", "input", x);
+  return call1(KILN_OP("global_avg_pool2d"), {as_floating(x)}, {{"data_format", data_format}, {"keepdims", keepdims}});
+}
+
+Tensor global_max_pool2d(const Tensor& x, const std::string& data_format, bool keepdims) {
+  require_defined("global_max_pool2d", "input", x);
+  return call1(KILN_OP("global_max_pool2d"), {as_floating(x)}, {{"data_format", data_format}, {"keepdims", keepdims}});
+}
+
+}  // namespace kiln::ops

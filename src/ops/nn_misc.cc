@@ -1,0 +1,177 @@
+// nn ops: softmax, dropout, embedding lookup, scaled dot-product attention.
+#include <cmath>
+#include <cstring>
+
+#include "kiln/ops/nn.h"
+#include "nn_util.h"
+
+namespace kiln::ops {
+namespace {
+using detail::call1;
+using namespace nn_detail;
+
+std::vector<TensorMeta> infer_softmax(const char* op, std::span<const TensorMeta> in, const Attrs& a) {
+  detail::require_floating(op, in[0]);
+  if (in[0].shape.rank() < 1) throw InvalidArgumentError(std::string(op) + ": input must have rank >= 1, got a scalar");
+  normalize_axis(a.get_int("axis", -1), in[0].shape.rank(), (std::string(op) + " axis").c_str());
+  return {in[0]};
+}
+std::vector<TensorMeta> infer_softmax(std::span<const TensorMeta> in, const Attrs& a) {
+  return infer_softmax("softmax", in, a);
+}
+std::vector<TensorMeta> infer_log_softmax(std::span<const TensorMeta> in, const Attrs& a) {
+  return infer_softmax("log_softmax", in, a);
+}
+
+void check_rate(double rate) {
+  if (!(rate >= 0 && rate < 1))
+    throw InvalidArgumentError("dropout: rate must be in [0, 1), got " + std::to_string(rate));
+}
+
+std::vector<TensorMeta> infer_dropout(std::span<const TensorMeta> in, const Attrs& a) {
+  detail::require_floating("dropout", in[0]);
+  check_rate(a.get_float("rate"));
+  (void)a.get_int("seed");
+  return {in[0]};
+}
+
+std::vector<TensorMeta> infer_embedding(std::span<const TensorMeta> in, const Attrs&) {
+  const Shape &table = in[0].shape, &ids = in[1].shape;
+  if (table.rank() < 1) throw InvalidArgumentError("embedding: table must have rank >= 1 ([V, ...]), got a scalar");
+  if (in[1].dtype != DType::kI32 && in[1].dtype != DType::kI64)
+    throw InvalidArgumentError("embedding: ids must be i32 or i64, got " + detail::dtype_str(in[1].dtype));
+  if (ids.rank() + table.rank() - 1 > Shape::kMaxRank)
+    throw InvalidArgumentError("embedding: result rank " + std::to_string(ids.rank() + table.rank() - 1) +
+                               " exceeds " + std::to_string(Shape::kMaxRank));
+  Shape out = ids;
+  for (int i = 1; i < table.rank(); ++i) out.push_back(table[i]);
+  return {{out, in[0].dtype}};
+}
+
+Shape batch_of(const Shape& s) { return Shape(std::span<const int64_t>(s.begin(), s.end() - 2)); }
+
+std::vector<TensorMeta> infer_attention(std::span<const TensorMeta> in, const Attrs& a) {
+  const char* op = "scaled_dot_product_attention";
+  if (in.size() != 3 && in.size() != 4)
+    throw InvalidArgumentError(std::string(op) + ": takes 3 or 4 inputs (q, k, v[, mask]), got " +
+                               std::to_string(in.size()));
+  detail::require_floating(op, in[0]);
+  const char* names[] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    if (in[i].shape.rank() < 2)
+      throw InvalidArgumentError(std::string(op) + ": " + names[i] + " must have rank >= 2 ([..., L, d]), got " +
+                                 in[i].shape.str());
+    if (in[i].dtype != in[0].dtype)
+      throw InvalidArgumentError(std::string(op) + ": q, k and v must have one dtype, got " +
+                                 detail::dtype_str(in[0].dtype) + ", " + detail::dtype_str(in[1].dtype) + " and " +
+                                 detail::dtype_str(in[2].dtype));
+  }
+  const Shape &q = in[0].shape, &k = in[1].shape, &v = in[2].shape;
+  int64_t lq = q.dim(-2), d = q.dim(-1), lk = k.dim(-2);
+  if (k.dim(-1) != d)
+    throw InvalidArgumentError(std::string(op) + ": q and k must have the same last dim (d), got q " + q.str() +
+                               " and k " + k.str());
+  if (v.dim(-2) != lk)
+    throw InvalidArgumentError(std::string(op) + ": k and v must have the same key length (dim -2), got k " + k.str() +
+                               " and v " + v.str());
+  Shape batch = broadcast_shapes(broadcast_shapes(batch_of(q), batch_of(k)), batch_of(v));
+  if (batch.rank() + 2 > Shape::kMaxRank) throw InvalidArgumentError(std::string(op) + ": rank too large");
+  Shape scores = batch;
+  scores.push_back(lq);
+  scores.push_back(lk);
+  if (in.size() == 4) {
+    const TensorMeta& m = in[3];
+    if (m.dtype != DType::kBool && !param_dtype_ok(m.dtype, in[0].dtype))
+      throw InvalidArgumentError(std::string(op) + ": mask must be bool or have q's dtype (" +
+                                 detail::dtype_str(in[0].dtype) + "), got " + detail::dtype_str(m.dtype));
+    bool ok = m.shape.rank() <= scores.rank();
+    for (int i = 1; ok && i <= m.shape.rank(); ++i)
+      ok = m.shape[m.shape.rank() - i] == 1 || m.shape[m.shape.rank() - i] == scores[scores.rank() - i];
+    if (!ok)
+      throw InvalidArgumentError(std::string(op) + ": mask of shape " + m.shape.str() +
+                                 " does not broadcast to the scores' shape " + scores.str() + " [..., Lq, Lk]");
+  }
+  if (a.has("scale") && !std::isfinite(a.get_float("scale")))
+    throw InvalidArgumentError(std::string(op) + ": scale must be finite, got " + std::to_string(a.get_float("scale")));
+  Shape out = batch;
+  out.push_back(lq);
+  out.push_back(v.dim(-1));
+  return {{out, in[0].dtype}};
+}
+
+OpDef def(const char* name, const char* doc, int num_inputs, InferFn infer, std::vector<AttrSpec> attrs) {
+  OpDef o;
+  o.name = name;
+  o.doc = doc;
+  o.num_inputs = num_inputs;
+  o.infer = infer;
+  o.attrs = std::move(attrs);
+  o.differentiable = Differentiable::kYes;
+  return o;
+}
+
+KILN_REGISTER_OP(def("softmax", "exp(x - max) / sum(exp(x - max)) along an axis", 1, infer_softmax,
+                     {{"axis", AttrType::kInt, "reduction axis, default -1"}}));
+KILN_REGISTER_OP(def("log_softmax", "x - max - log(sum(exp(x - max))) along an axis", 1, infer_log_softmax,
+                     {{"axis", AttrType::kInt, "reduction axis, default -1"}}));
+KILN_REGISTER_OP(def("dropout", "inverted dropout with a Philox mask from the seed", 1, infer_dropout,
+                     {{"rate", AttrType::kFloat, "drop probability in [0, 1)"},
+                      {"seed", AttrType::kInt, "Philox key (a uint64 stored bitwise)"}}));
+KILN_REGISTER_OP([] {
+  OpDef o = def("embedding", "rows of a table gathered by integer ids", 2, infer_embedding, {});
+  o.dispatch_input = 0;  // the table's dtype selects the kernel
+  return o;
+}());
+KILN_REGISTER_OP(def("scaled_dot_product_attention", "softmax(q k^T * scale + mask) v, fused", -1, infer_attention,
+                     {{"causal", AttrType::kBool, "query i attends to keys j <= i"},
+                      {"scale", AttrType::kFloat, "score scale, default 1/sqrt(d)"}}));
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t axis) {
+  require_defined("softmax", "input", x);
+  return call1(KILN_OP("softmax"), {as_floating(x)}, {{"axis", axis}});
+}
+
+Tensor log_softmax(const Tensor& x, int64_t axis) {
+  require_defined("log_softmax", "input", x);
+  return call1(KILN_OP("log_softmax"), {as_floating(x)}, {{"axis", axis}});
+}
+
+Tensor dropout(const Tensor& x, double rate, uint64_t seed, bool training) {
+  require_defined("dropout", "input", x);
+  check_rate(rate);
+  if (rate == 0 || !training) return x;
+  int64_t key;
+  std::memcpy(&key, &seed, sizeof key);
+  return call1(KILN_OP("dropout"), {as_floating(x)}, {{"rate", rate}, {"seed", key}});
+}
+
+Tensor embedding(const Tensor& table, const Tensor& ids) {
+  require_defined("embedding", "table", table);
+  require_defined("embedding", "ids", ids);
+  return call1(KILN_OP("embedding"), {table, ids});
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
+                                    std::optional<double> scale) {
+  const char* op = "scaled_dot_product_attention";
+  require_defined(op, "q", q);
+  require_defined(op, "k", k);
+  require_defined(op, "v", v);
+  DType t = promote_types(promote_types(q.dtype(), k.dtype()), v.dtype());
+  if (!is_floating(t)) t = DType::kF32;
+  Attrs a{{"causal", causal}};
+  if (scale) a.set("scale", *scale);
+  std::vector<Tensor> in{cast(q, t), cast(k, t), cast(v, t)};
+  if (mask.defined()) {
+    // bool (or integer: nonzero keeps) masks select; floating masks are added.
+    if (mask.dtype() == DType::kBool || is_integral(mask.dtype()))
+      in.push_back(cast(mask, DType::kBool));
+    else
+      in.push_back(param_for(mask, t));
+  }
+  return call_op1(KILN_OP("scaled_dot_product_attention"), in, a);
+}
+
+}  // namespace kiln::ops
