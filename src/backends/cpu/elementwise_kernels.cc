@@ -1,5 +1,6 @@
 // CPU kernels for elementwise ops: broadcasting binary ops, unary math (vectorised
 // through libmvec), where, cast.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -11,11 +12,56 @@
 namespace kiln::cpu {
 namespace {
 
+// 16-bit float storage types compute in float, converted in chunks of kChunk
+// elements that stay in L1 (no whole-tensor conversion passes).
+template <typename T>
+inline constexpr bool kIs16 = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
+template <typename T>
+using compute_t = std::conditional_t<kIs16<T>, float, T>;
+constexpr int64_t kChunk = 512;
+
+template <typename T>
+inline void load_f32(const T* src, int64_t stride, float* dst, int64_t n) {
+  if (stride == 1) {
+    if constexpr (std::is_same_v<T, half>)
+      convert_half_to_float(src, dst, static_cast<size_t>(n));
+    else
+      convert_bf16_to_float(src, dst, static_cast<size_t>(n));
+  } else {
+    const float v = static_cast<float>(src[0]);  // stride 0: broadcast scalar
+    for (int64_t i = 0; i < n; ++i) dst[i] = stride == 0 ? v : static_cast<float>(src[i * stride]);
+  }
+}
+template <typename O>
+inline void store_from_f32(const float* src, O* dst, int64_t n) {
+  if constexpr (std::is_same_v<O, half>)
+    convert_float_to_half(src, dst, static_cast<size_t>(n));
+  else if constexpr (std::is_same_v<O, bfloat16>)
+    convert_float_to_bf16(src, dst, static_cast<size_t>(n));
+  else
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<O>(src[i]);
+}
+
 // ---- binary ------------------------------------------------------------------------
 
 template <typename T, typename O, typename F>
 inline void binary_row(const T* a, int64_t sa, const T* b, int64_t sb, O* o, int64_t n, F f) {
-  if (sa == 1 && sb == 1) {
+  if constexpr (kIs16<T>) {
+    float fa[kChunk], fb[kChunk];
+    using R = std::conditional_t<kIs16<O>, float, O>;
+    R fo[kChunk];
+    for (int64_t i = 0; i < n; i += kChunk) {
+      int64_t m = std::min(kChunk, n - i);
+      load_f32(a + i * sa, sa, fa, m);
+      load_f32(b + i * sb, sb, fb, m);
+#pragma omp simd
+      for (int64_t j = 0; j < m; ++j) fo[j] = f(fa[j], fb[j]);
+      if constexpr (kIs16<O>)
+        store_from_f32(fo, o + i, m);
+      else
+        std::copy(fo, fo + m, o + i);
+    }
+  } else if (sa == 1 && sb == 1) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);
   } else if (sa == 0 && sb == 1) {
@@ -60,30 +106,34 @@ T int_pow(T base, T e) {
   }
 }
 
-#define KILN_BINARY_KERNEL(NAME, EXPR)                                  \
-  template <typename T>                                                 \
-  void NAME(OpContext& ctx) {                                           \
-    binary_apply<T, T>(ctx, [](T x, T y) -> T { return EXPR; });        \
+// EXPR sees x, y of the compute type C (float for f16/bf16).
+#define KILN_BINARY_KERNEL(NAME, EXPR)                                   \
+  template <typename T>                                                  \
+  void NAME(OpContext& ctx) {                                            \
+    using C = compute_t<T>;                                              \
+    binary_apply<T, T>(ctx, [](C x, C y) -> C { return EXPR; });         \
   }
-KILN_BINARY_KERNEL(k_add, static_cast<T>(x + y))
-KILN_BINARY_KERNEL(k_sub, static_cast<T>(x - y))
-KILN_BINARY_KERNEL(k_mul, static_cast<T>(x * y))
-KILN_BINARY_KERNEL(k_div, static_cast<T>(x / y))
+KILN_BINARY_KERNEL(k_add, static_cast<C>(x + y))
+KILN_BINARY_KERNEL(k_sub, static_cast<C>(x - y))
+KILN_BINARY_KERNEL(k_mul, static_cast<C>(x * y))
+KILN_BINARY_KERNEL(k_div, static_cast<C>(x / y))
 KILN_BINARY_KERNEL(k_maximum, (x > y || x != x) ? x : y)
 KILN_BINARY_KERNEL(k_minimum, (x < y || x != x) ? x : y)
 
 template <typename T>
 void k_pow(OpContext& ctx) {
-  if constexpr (std::is_floating_point_v<T>)
-    binary_apply<T, T>(ctx, [](T x, T y) -> T { return vm::pow(x, y); });
+  using C = compute_t<T>;
+  if constexpr (std::is_floating_point_v<C>)
+    binary_apply<T, T>(ctx, [](C x, C y) -> C { return vm::pow(x, y); });
   else
-    binary_apply<T, T>(ctx, [](T x, T y) -> T { return int_pow<T>(x, y); });
+    binary_apply<T, T>(ctx, [](C x, C y) -> C { return int_pow<C>(x, y); });
 }
 
-#define KILN_COMPARE_KERNEL(NAME, EXPR)                                 \
-  template <typename T>                                                 \
-  void NAME(OpContext& ctx) {                                           \
-    binary_apply<T, bool>(ctx, [](T x, T y) -> bool { return EXPR; });  \
+#define KILN_COMPARE_KERNEL(NAME, EXPR)                                  \
+  template <typename T>                                                  \
+  void NAME(OpContext& ctx) {                                            \
+    using C = compute_t<T>;                                              \
+    binary_apply<T, bool>(ctx, [](C x, C y) -> bool { return EXPR; });   \
   }
 KILN_COMPARE_KERNEL(k_equal, x == y)
 KILN_COMPARE_KERNEL(k_not_equal, x != y)
@@ -97,36 +147,49 @@ void k_logical_or(OpContext& ctx) { binary_apply<bool, bool>(ctx, [](bool x, boo
 
 // ---- unary -------------------------------------------------------------------------
 
-template <typename T, typename O, typename F>
+template <typename T, typename F>
 void unary_apply(OpContext& ctx, F f) {
   const T* x = static_cast<const T*>(ctx.in[0].raw_data());
-  O* o = static_cast<O*>(ctx.out[0].raw_data());
+  T* o = static_cast<T*>(ctx.out[0].raw_data());
   parallel_for(ctx.in[0].numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+    if constexpr (kIs16<T>) {
+      float buf[kChunk];
+      for (int64_t i = b; i < e; i += kChunk) {
+        int64_t m = std::min(kChunk, e - i);
+        load_f32(x + i, 1, buf, m);
 #pragma omp simd
-    for (int64_t i = b; i < e; ++i) o[i] = f(x[i]);
+        for (int64_t j = 0; j < m; ++j) buf[j] = f(buf[j]);
+        store_from_f32(buf, o + i, m);
+      }
+    } else {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) o[i] = f(x[i]);
+    }
   });
 }
 
-#define KILN_UNARY_KERNEL(NAME, EXPR)                                   \
-  template <typename T>                                                 \
-  void NAME(OpContext& ctx) {                                           \
-    unary_apply<T, T>(ctx, [](T x) -> T { return EXPR; });              \
+// EXPR sees x of the compute type C (float for f16/bf16).
+#define KILN_UNARY_KERNEL(NAME, EXPR)                                    \
+  template <typename T>                                                  \
+  void NAME(OpContext& ctx) {                                            \
+    using C = compute_t<T>;                                              \
+    unary_apply<T>(ctx, [](C x) -> C { return EXPR; });                  \
   }
-KILN_UNARY_KERNEL(k_neg, static_cast<T>(-x))
-KILN_UNARY_KERNEL(k_square, static_cast<T>(x * x))
+KILN_UNARY_KERNEL(k_neg, static_cast<C>(-x))
+KILN_UNARY_KERNEL(k_square, static_cast<C>(x * x))
 KILN_UNARY_KERNEL(k_exp, vm::exp(x))
 KILN_UNARY_KERNEL(k_log, vm::log(x))
 KILN_UNARY_KERNEL(k_log1p, vm::log1p(x))
 KILN_UNARY_KERNEL(k_sqrt, std::sqrt(x))
-KILN_UNARY_KERNEL(k_rsqrt, T(1) / std::sqrt(x))
-KILN_UNARY_KERNEL(k_reciprocal, T(1) / x)
+KILN_UNARY_KERNEL(k_rsqrt, C(1) / std::sqrt(x))
+KILN_UNARY_KERNEL(k_reciprocal, C(1) / x)
 KILN_UNARY_KERNEL(k_sin, vm::sin(x))
 KILN_UNARY_KERNEL(k_cos, vm::cos(x))
 KILN_UNARY_KERNEL(k_tanh, vm::tanh(x))
-KILN_UNARY_KERNEL(k_sigmoid, T(1) / (T(1) + vm::exp(-x)))
-KILN_UNARY_KERNEL(k_relu6, x < T(0) ? T(0) : (x > T(6) ? T(6) : x))
-KILN_UNARY_KERNEL(k_silu, x / (T(1) + vm::exp(-x)))
-KILN_UNARY_KERNEL(k_softplus, (x > T(0) ? x : T(0)) + vm::log1p(vm::exp(-std::abs(x))))
+KILN_UNARY_KERNEL(k_sigmoid, C(1) / (C(1) + vm::exp(-x)))
+KILN_UNARY_KERNEL(k_relu6, x < C(0) ? C(0) : (x > C(6) ? C(6) : x))
+KILN_UNARY_KERNEL(k_silu, x / (C(1) + vm::exp(-x)))
+KILN_UNARY_KERNEL(k_softplus, (x > C(0) ? x : C(0)) + vm::log1p(vm::exp(-std::abs(x))))
 KILN_UNARY_KERNEL(k_erf, vm::erf(x))
 KILN_UNARY_KERNEL(k_floor, std::floor(x))
 KILN_UNARY_KERNEL(k_ceil, std::ceil(x))
@@ -134,18 +197,21 @@ KILN_UNARY_KERNEL(k_round, std::nearbyint(x))
 
 template <typename T>
 void k_abs(OpContext& ctx) {
-  if constexpr (std::is_unsigned_v<T> || std::is_same_v<T, bool>)
-    unary_apply<T, T>(ctx, [](T x) { return x; });
+  using C = compute_t<T>;
+  if constexpr (std::is_unsigned_v<C> || std::is_same_v<C, bool>)
+    unary_apply<T>(ctx, [](C x) { return x; });
   else
-    unary_apply<T, T>(ctx, [](T x) -> T { return x < T(0) ? static_cast<T>(-x) : x; });
+    unary_apply<T>(ctx, [](C x) -> C { return x < C(0) ? static_cast<C>(-x) : x; });
 }
 template <typename T>
 void k_sign(OpContext& ctx) {
-  unary_apply<T, T>(ctx, [](T x) -> T { return x != x ? x : static_cast<T>((T(0) < x) - (x < T(0))); });
+  using C = compute_t<T>;
+  unary_apply<T>(ctx, [](C x) -> C { return x != x ? x : static_cast<C>((C(0) < x) - (x < C(0))); });
 }
 template <typename T>
 void k_relu(OpContext& ctx) {
-  unary_apply<T, T>(ctx, [](T x) -> T { return x > T(0) ? x : T(0); });
+  using C = compute_t<T>;
+  unary_apply<T>(ctx, [](C x) -> C { return x > C(0) ? x : C(0); });
 }
 template <typename T>
 void k_identity(OpContext& ctx) {
@@ -153,31 +219,35 @@ void k_identity(OpContext& ctx) {
 }
 template <typename T>
 void k_leaky_relu(OpContext& ctx) {
-  const T a = static_cast<T>(ctx.attrs.get_float("alpha"));
-  unary_apply<T, T>(ctx, [a](T x) -> T { return x > T(0) ? x : a * x; });
+  using C = compute_t<T>;
+  const C a = static_cast<C>(ctx.attrs.get_float("alpha"));
+  unary_apply<T>(ctx, [a](C x) -> C { return x > C(0) ? x : a * x; });
 }
 template <typename T>
 void k_elu(OpContext& ctx) {
-  const T a = static_cast<T>(ctx.attrs.get_float("alpha"));
-  unary_apply<T, T>(ctx, [a](T x) -> T { return x > T(0) ? x : a * vm::expm1(x); });
+  using C = compute_t<T>;
+  const C a = static_cast<C>(ctx.attrs.get_float("alpha"));
+  unary_apply<T>(ctx, [a](C x) -> C { return x > C(0) ? x : a * vm::expm1(x); });
 }
 template <typename T>
 void k_gelu(OpContext& ctx) {
+  using C = compute_t<T>;
   if (ctx.attrs.get_bool("approximate", false)) {
-    const T c = static_cast<T>(0.7978845608028654);  // sqrt(2/pi)
-    unary_apply<T, T>(ctx, [c](T x) -> T { return T(0.5) * x * (T(1) + vm::tanh(c * (x + T(0.044715) * x * x * x))); });
+    const C c = static_cast<C>(0.7978845608028654);  // sqrt(2/pi)
+    unary_apply<T>(ctx, [c](C x) -> C { return C(0.5) * x * (C(1) + vm::tanh(c * (x + C(0.044715) * x * x * x))); });
   } else {
-    const T r = static_cast<T>(0.7071067811865476);  // 1/sqrt(2)
-    unary_apply<T, T>(ctx, [r](T x) -> T { return T(0.5) * x * (T(1) + vm::erf(x * r)); });
+    const C r = static_cast<C>(0.7071067811865476);  // 1/sqrt(2)
+    unary_apply<T>(ctx, [r](C x) -> C { return C(0.5) * x * (C(1) + vm::erf(x * r)); });
   }
 }
 template <typename T>
 void k_clip(OpContext& ctx) {
-  const T lo = static_cast<T>(ctx.attrs.get_float("min")), hi = static_cast<T>(ctx.attrs.get_float("max"));
-  unary_apply<T, T>(ctx, [lo, hi](T x) -> T { return x < lo ? lo : (x > hi ? hi : x); });
+  using C = compute_t<T>;
+  const C lo = static_cast<C>(ctx.attrs.get_float("min")), hi = static_cast<C>(ctx.attrs.get_float("max"));
+  unary_apply<T>(ctx, [lo, hi](C x) -> C { return x < lo ? lo : (x > hi ? hi : x); });
 }
 void k_logical_not(OpContext& ctx) {
-  unary_apply<bool, bool>(ctx, [](bool x) { return !x; });
+  unary_apply<bool>(ctx, [](bool x) { return !x; });
 }
 
 // ---- where / cast ------------------------------------------------------------------
@@ -215,7 +285,8 @@ void k_cast(OpContext& ctx) {
 #define KILN_REG_FLOAT(op, K)                                                              \
   KILN_REGISTER_KERNEL(op, kCPU, DType::kF32, K<float>);                                   \
   KILN_REGISTER_KERNEL(op, kCPU, DType::kF64, K<double>);                                  \
-  KILN_REGISTER_KERNEL(op, kCPU, (std::initializer_list<DType>{DType::kF16, DType::kBF16}), via_f32<K<float>>)
+  KILN_REGISTER_KERNEL(op, kCPU, DType::kF16, K<half>);                                    \
+  KILN_REGISTER_KERNEL(op, kCPU, DType::kBF16, K<bfloat16>)
 #define KILN_REG_INT(op, K)                                  \
   KILN_REGISTER_KERNEL(op, kCPU, DType::kU8, K<uint8_t>);    \
   KILN_REGISTER_KERNEL(op, kCPU, DType::kI8, K<int8_t>);     \
@@ -247,7 +318,8 @@ KILN_REGISTER_KERNEL("logical_not", kCPU, DType::kBool, k_logical_not);
 
 KILN_REGISTER_KERNEL("neg", kCPU, DType::kF32, k_neg<float>);
 KILN_REGISTER_KERNEL("neg", kCPU, DType::kF64, k_neg<double>);
-KILN_REGISTER_KERNEL("neg", kCPU, (std::initializer_list<DType>{DType::kF16, DType::kBF16}), via_f32<k_neg<float>>);
+KILN_REGISTER_KERNEL("neg", kCPU, DType::kF16, k_neg<half>);
+KILN_REGISTER_KERNEL("neg", kCPU, DType::kBF16, k_neg<bfloat16>);
 KILN_REGISTER_KERNEL("neg", kCPU, DType::kI8, k_neg<int8_t>);
 KILN_REGISTER_KERNEL("neg", kCPU, DType::kI32, k_neg<int32_t>);
 KILN_REGISTER_KERNEL("neg", kCPU, DType::kI64, k_neg<int64_t>);
