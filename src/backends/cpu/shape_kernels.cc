@@ -190,6 +190,7 @@ void join_copy(char* joined, std::span<char* const> parts, const std::vector<int
     parallel_for(outer, grain_for(joined_row), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r)
         for (size_t i = 0; i < parts.size(); ++i) {
+          if (part_row[i] == 0) continue;  // empty part: nothing to copy (its pointer may be null)
           char* j = joined + r * joined_row + off[i];
           char* p = parts[i] + r * part_row[i];
           if (to_joined)
