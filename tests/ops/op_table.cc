@@ -52,7 +52,9 @@ void run_op_case(const std::string& family, const OpCase& c) {
       SCOPED_TRACE("output " + std::to_string(k));
       ASSERT_EQ(got[k].shape(), expected[k].shape()) << got[k].desc() << " vs " << expected[k].desc();
       if (is_floating(got[k].dtype())) {
-        if (is_floating(dt)) EXPECT_EQ(got[k].dtype(), dt) << "output dtype should follow the input dtype";
+        if (is_floating(dt)) {
+          EXPECT_EQ(got[k].dtype(), dt) << "output dtype should follow the input dtype";
+        }
         EXPECT_CLOSE(got[k], expected[k], tol.rtol * c.rtol_scale, tol.atol * c.rtol_scale);
       } else {
         EXPECT_CLOSE(got[k], expected[k], 0, 0);

@@ -236,8 +236,9 @@ void k_gelu(OpContext& ctx) {
     const C c = static_cast<C>(0.7978845608028654);  // sqrt(2/pi)
     unary_apply<T>(ctx, [c](C x) -> C { return C(0.5) * x * (C(1) + vm::tanh(c * (x + C(0.044715) * x * x * x))); });
   } else {
+    // x * Phi(x) = 0.5 x erfc(-x/sqrt(2)): no cancellation for negative x.
     const C r = static_cast<C>(0.7071067811865476);  // 1/sqrt(2)
-    unary_apply<T>(ctx, [r](C x) -> C { return C(0.5) * x * (C(1) + vm::erf(x * r)); });
+    unary_apply<T>(ctx, [r](C x) -> C { return C(0.5) * x * vm::erfc(-x * r); });
   }
 }
 template <typename T>

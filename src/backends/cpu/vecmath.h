@@ -16,6 +16,8 @@ float tanhf(float) noexcept;
 #pragma omp declare simd notinbranch
 float erff(float) noexcept;
 #pragma omp declare simd notinbranch
+float erfcf(float) noexcept;
+#pragma omp declare simd notinbranch
 float sinf(float) noexcept;
 #pragma omp declare simd notinbranch
 float cosf(float) noexcept;
@@ -33,6 +35,8 @@ double expm1(double) noexcept;
 double tanh(double) noexcept;
 #pragma omp declare simd notinbranch
 double erf(double) noexcept;
+#pragma omp declare simd notinbranch
+double erfc(double) noexcept;
 #pragma omp declare simd notinbranch
 double sin(double) noexcept;
 #pragma omp declare simd notinbranch
@@ -55,6 +59,8 @@ inline float tanh(float x) { return ::tanhf(x); }
 inline double tanh(double x) { return ::tanh(x); }
 inline float erf(float x) { return ::erff(x); }
 inline double erf(double x) { return ::erf(x); }
+inline float erfc(float x) { return ::erfcf(x); }
+inline double erfc(double x) { return ::erfc(x); }
 inline float sin(float x) { return ::sinf(x); }
 inline double sin(double x) { return ::sin(x); }
 inline float cos(float x) { return ::cosf(x); }
