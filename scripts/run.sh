@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/kiln-ccache}"
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/kiln-ccache}" CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)"
 ./build/release/bin/kiln devices

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <cstdlib>
 #include <thread>
@@ -32,6 +33,13 @@ void set_num_threads(int n) {
   n = std::max(1, n);
   threads().store(n);
   omp_set_num_threads(n);
+}
+
+void parallel_memcpy(void* dst, const void* src, int64_t nbytes) {
+  if (nbytes <= 0) return;
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  parallel_for(nbytes, int64_t{256} << 10, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, e - b); });
 }
 
 namespace detail {

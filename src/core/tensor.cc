@@ -4,6 +4,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "kiln/core/parallel.h"
+
 namespace kiln {
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
@@ -78,7 +80,7 @@ Tensor Tensor::clone() const {
   Tensor t = empty(shape_, dtype_, device());
   if (nbytes()) {
     if (device().type == DeviceType::kCPU)
-      std::memcpy(t.raw_data(), raw_data(), nbytes());
+      parallel_memcpy(t.raw_data(), raw_data(), static_cast<int64_t>(nbytes()));
     else
       backend_for(device()).copy_on_device(t.raw_data(), raw_data(), nbytes(), device().index);
   }

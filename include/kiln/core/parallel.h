@@ -20,6 +20,10 @@ void set_num_threads(int n);
 template <typename F>
 void parallel_for(int64_t n, int64_t grain, F&& fn);
 
+// memcpy split across the pool for large copies (one thread cannot saturate memory
+// bandwidth); plain memcpy below a few hundred KiB.
+void parallel_memcpy(void* dst, const void* src, int64_t nbytes);
+
 namespace detail {
 void parallel_for_impl(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 bool in_parallel_region();

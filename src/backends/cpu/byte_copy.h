@@ -33,12 +33,6 @@ inline int64_t grain_for(int64_t item_bytes) {
 }
 
 // memcpy split over the intra-op pool.
-inline void parallel_memcpy(void* dst, const void* src, int64_t nbytes) {
-  if (nbytes <= 0) return;
-  char* d = static_cast<char*>(dst);
-  const char* s = static_cast<const char*>(src);
-  parallel_for(nbytes, 4 * kCopyGrainBytes, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, e - b); });
-}
 
 // Copies `rows` rows of `row_bytes` bytes between strided row starts, in parallel
 // (long rows are split when there are few of them).

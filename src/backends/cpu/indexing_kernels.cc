@@ -150,7 +150,7 @@ void k_scatter_add(OpContext& ctx) {
   const int64_t ni = I.numel();
   with_indices(I, [&](auto* ix) {
     check_indices("scatter_add", ix, I, n, kiln::detail::str_cat("axis ", axis, " of x ", X.desc()));
-    bytes::parallel_memcpy(out.raw_data(), X.raw_data(), static_cast<int64_t>(X.nbytes()));
+    kiln::parallel_memcpy(out.raw_data(), X.raw_data(), static_cast<int64_t>(X.nbytes()));
     if (ni == 0 || inner == 0 || outer == 0) return;
     const T* u = static_cast<const T*>(U.raw_data());
     T* o = static_cast<T*>(out.raw_data());

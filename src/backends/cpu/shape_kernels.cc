@@ -18,7 +18,7 @@ namespace {
 
 using bytes::copy_rows;
 using bytes::grain_for;
-using bytes::parallel_memcpy;
+using kiln::parallel_memcpy;
 
 char* out_ptr(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
 const char* in_ptr(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
