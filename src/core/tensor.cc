@@ -10,7 +10,9 @@ namespace kiln {
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
   allocator_ = &backend_for(device).allocator(device.index);
-  data_ = allocator_->allocate(nbytes);
+  // Empty tensors still get a (minimal) buffer, so data pointers are never null and
+  // kernels may pass them to memcpy/memset with a zero size.
+  data_ = allocator_->allocate(nbytes ? nbytes : 1);
 }
 
 Storage::~Storage() { allocator_->deallocate(data_); }

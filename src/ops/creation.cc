@@ -74,15 +74,7 @@ std::vector<TensorMeta> infer_arange(std::span<const TensorMeta>, const Attrs& a
 }
 
 OpDef creation_def(const char* name, const char* doc, InferFn infer, std::vector<AttrSpec> attrs) {
-  OpDef o;
-  o.name = name;
-  o.doc = doc;
-  o.num_inputs = 0;
-  o.dispatch_input = -1;
-  o.attrs = std::move(attrs);
-  o.infer = infer;
-  o.differentiable = Differentiable::kNo;
-  return o;
+  return detail::make_def(name, doc, 0, infer, std::move(attrs), Differentiable::kNo, -1);
 }
 
 KILN_REGISTER_OP(creation_def("fill", "a tensor of `shape` filled with `value`", infer_fill,

@@ -34,24 +34,11 @@ std::vector<TensorMeta> infer_clip(std::span<const TensorMeta> in, const Attrs& 
 
 OpDef unary(const char* name, const char* doc, Differentiable d = Differentiable::kYes,
             std::vector<AttrSpec> attrs = {}) {
-  OpDef o;
-  o.name = name;
-  o.doc = doc;
-  o.num_inputs = 1;
-  o.infer = detail::infer_same;
-  o.differentiable = d;
-  o.attrs = std::move(attrs);
-  return o;
+  return detail::make_def(name, doc, 1, detail::infer_same, std::move(attrs), d);
 }
 OpDef binary(const char* name, const char* doc, InferFn infer = detail::infer_broadcast,
              Differentiable d = Differentiable::kYes) {
-  OpDef o;
-  o.name = name;
-  o.doc = doc;
-  o.num_inputs = 2;
-  o.infer = infer;
-  o.differentiable = d;
-  return o;
+  return detail::make_def(name, doc, 2, infer, {}, d);
 }
 
 KILN_REGISTER_OP(binary("add", "a + b"));

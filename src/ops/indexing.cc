@@ -101,28 +101,16 @@ std::vector<TensorMeta> infer_top_k(std::span<const TensorMeta> in, const Attrs&
   return {{out, in[0].dtype}, {out, DType::kI64}};
 }
 
-OpDef def(const char* name, const char* doc, int num_inputs, InferFn infer, std::vector<AttrSpec> attrs,
-          Differentiable d) {
-  OpDef o;
-  o.name = name;
-  o.doc = doc;
-  o.num_inputs = num_inputs;
-  o.infer = infer;
-  o.attrs = std::move(attrs);
-  o.differentiable = d;
-  return o;
-}
-
-KILN_REGISTER_OP(def("gather", "slices of params along axis at indices (TF gather)", 2, infer_gather,
+KILN_REGISTER_OP(detail::make_def("gather", "slices of params along axis at indices (TF gather)", 2, infer_gather,
                      {{"axis", AttrType::kInt, "gathered axis of params"},
                       {"batch_dims", AttrType::kInt, "leading dimensions shared by params and indices"}},
                      Differentiable::kYes));
-KILN_REGISTER_OP(def("gather_nd", "slices of params at index tuples (TF gather_nd)", 2, infer_gather_nd, {},
+KILN_REGISTER_OP(detail::make_def("gather_nd", "slices of params at index tuples (TF gather_nd)", 2, infer_gather_nd, {},
                      Differentiable::kYes));
-KILN_REGISTER_OP(def("scatter_add", "x with updates added at indices along axis (vjp of gather)", 3,
+KILN_REGISTER_OP(detail::make_def("scatter_add", "x with updates added at indices along axis (vjp of gather)", 3,
                      infer_scatter_add, {{"axis", AttrType::kInt, "scattered axis of x"}}, Differentiable::kYes));
 KILN_REGISTER_OP([] {
-  OpDef o = def("one_hot", "one-hot encoding of integer indices", 1, infer_one_hot,
+  OpDef o = detail::make_def("one_hot", "one-hot encoding of integer indices", 1, infer_one_hot,
                 {{"depth", AttrType::kInt, "number of classes"},
                  {"on_value", AttrType::kFloat, "value at the index"},
                  {"off_value", AttrType::kFloat, "value elsewhere"},
@@ -131,7 +119,7 @@ KILN_REGISTER_OP([] {
                 Differentiable::kNo);
   return o;
 }());
-KILN_REGISTER_OP(def("top_k", "k largest along the last axis: values, i64 indices", 1, infer_top_k,
+KILN_REGISTER_OP(detail::make_def("top_k", "k largest along the last axis: values, i64 indices", 1, infer_top_k,
                      {{"k", AttrType::kInt, "how many"}, {"sorted", AttrType::kBool, "descending (else by index)"}},
                      Differentiable::kYes));
 

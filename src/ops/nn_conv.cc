@@ -91,17 +91,6 @@ std::vector<TensorMeta> infer_global_max_pool2d(std::span<const TensorMeta> in, 
   return infer_global_pool2d("global_max_pool2d", in, a);
 }
 
-OpDef def(const char* name, const char* doc, int num_inputs, InferFn infer, std::vector<AttrSpec> attrs) {
-  OpDef o;
-  o.name = name;
-  o.doc = doc;
-  o.num_inputs = num_inputs;
-  o.infer = infer;
-  o.attrs = std::move(attrs);
-  o.differentiable = Differentiable::kYes;
-  return o;
-}
-
 std::vector<AttrSpec> with(std::vector<AttrSpec> base, std::initializer_list<AttrSpec> more) {
   base.insert(base.end(), more);
   return base;
@@ -115,20 +104,20 @@ const std::vector<AttrSpec> kPoolAttrs = {
     {"data_format", AttrType::kString, "\"NHWC\" or \"NCHW\""},
 };
 
-KILN_REGISTER_OP(def("conv2d", "2-d convolution (cross-correlation), optional bias; NHWC/HWIO or NCHW/OIHW", -1,
+KILN_REGISTER_OP(detail::make_def("conv2d", "2-d convolution (cross-correlation), optional bias; NHWC/HWIO or NCHW/OIHW", -1,
                      infer_conv2d, kConvAttrs));
-KILN_REGISTER_OP(def("conv2d_backward_data", "gradient of conv2d w.r.t. its input (transposed convolution)", 2,
+KILN_REGISTER_OP(detail::make_def("conv2d_backward_data", "gradient of conv2d w.r.t. its input (transposed convolution)", 2,
                      infer_conv2d_backward_data,
                      with(kConvAttrs, {{"input_shape", AttrType::kInts, "shape of conv2d's input"}})));
-KILN_REGISTER_OP(def("conv2d_backward_filter", "gradient of conv2d w.r.t. its filter", 2, infer_conv2d_backward_filter,
+KILN_REGISTER_OP(detail::make_def("conv2d_backward_filter", "gradient of conv2d w.r.t. its filter", 2, infer_conv2d_backward_filter,
                      with(kConvAttrs, {{"filter_shape", AttrType::kInts, "shape of conv2d's filter"}})));
-KILN_REGISTER_OP(def("max_pool2d", "2-d max pooling", 1, infer_max_pool2d, kPoolAttrs));
-KILN_REGISTER_OP(def("avg_pool2d", "2-d average pooling (padding excluded from the count)", 1, infer_avg_pool2d,
+KILN_REGISTER_OP(detail::make_def("max_pool2d", "2-d max pooling", 1, infer_max_pool2d, kPoolAttrs));
+KILN_REGISTER_OP(detail::make_def("avg_pool2d", "2-d average pooling (padding excluded from the count)", 1, infer_avg_pool2d,
                      kPoolAttrs));
-KILN_REGISTER_OP(def("global_avg_pool2d", "mean over H and W", 1, infer_global_avg_pool2d,
+KILN_REGISTER_OP(detail::make_def("global_avg_pool2d", "mean over H and W", 1, infer_global_avg_pool2d,
                      {{"data_format", AttrType::kString, "\"NHWC\" or \"NCHW\""},
                       {"keepdims", AttrType::kBool, "keep H and W as size-1 dims"}}));
-KILN_REGISTER_OP(def("global_max_pool2d", "max over H and W", 1, infer_global_max_pool2d,
+KILN_REGISTER_OP(detail::make_def("global_max_pool2d", "max over H and W", 1, infer_global_max_pool2d,
                      {{"data_format", AttrType::kString, "\"NHWC\" or \"NCHW\""},
                       {"keepdims", AttrType::kBool, "keep H and W as size-1 dims"}}));
 

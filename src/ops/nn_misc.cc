@@ -99,30 +99,19 @@ std::vector<TensorMeta> infer_attention(std::span<const TensorMeta> in, const At
   return {{out, in[0].dtype}};
 }
 
-OpDef def(const char* name, const char* doc, int num_inputs, InferFn infer, std::vector<AttrSpec> attrs) {
-  OpDef o;
-  o.name = name;
-  o.doc = doc;
-  o.num_inputs = num_inputs;
-  o.infer = infer;
-  o.attrs = std::move(attrs);
-  o.differentiable = Differentiable::kYes;
-  return o;
-}
-
-KILN_REGISTER_OP(def("softmax", "exp(x - max) / sum(exp(x - max)) along an axis", 1, infer_softmax,
+KILN_REGISTER_OP(detail::make_def("softmax", "exp(x - max) / sum(exp(x - max)) along an axis", 1, infer_softmax,
                      {{"axis", AttrType::kInt, "reduction axis, default -1"}}));
-KILN_REGISTER_OP(def("log_softmax", "x - max - log(sum(exp(x - max))) along an axis", 1, infer_log_softmax,
+KILN_REGISTER_OP(detail::make_def("log_softmax", "x - max - log(sum(exp(x - max))) along an axis", 1, infer_log_softmax,
                      {{"axis", AttrType::kInt, "reduction axis, default -1"}}));
-KILN_REGISTER_OP(def("dropout", "inverted dropout with a Philox mask from the seed", 1, infer_dropout,
+KILN_REGISTER_OP(detail::make_def("dropout", "inverted dropout with a Philox mask from the seed", 1, infer_dropout,
                      {{"rate", AttrType::kFloat, "drop probability in [0, 1)"},
                       {"seed", AttrType::kInt, "Philox key (a uint64 stored bitwise)"}}));
 KILN_REGISTER_OP([] {
-  OpDef o = def("embedding", "rows of a table gathered by integer ids", 2, infer_embedding, {});
+  OpDef o = detail::make_def("embedding", "rows of a table gathered by integer ids", 2, infer_embedding, {});
   o.dispatch_input = 0;  // the table's dtype selects the kernel
   return o;
 }());
-KILN_REGISTER_OP(def("scaled_dot_product_attention", "softmax(q k^T * scale + mask) v, fused", -1, infer_attention,
+KILN_REGISTER_OP(detail::make_def("scaled_dot_product_attention", "softmax(q k^T * scale + mask) v, fused", -1, infer_attention,
                      {{"causal", AttrType::kBool, "query i attends to keys j <= i"},
                       {"scale", AttrType::kFloat, "score scale, default 1/sqrt(d)"}}));
 

@@ -63,29 +63,18 @@ std::vector<TensorMeta> infer_rms_norm(std::span<const TensorMeta> in, const Att
   return {in[0]};
 }
 
-OpDef def(const char* name, const char* doc, int num_inputs, InferFn infer, std::vector<AttrSpec> attrs) {
-  OpDef o;
-  o.name = name;
-  o.doc = doc;
-  o.num_inputs = num_inputs;
-  o.infer = infer;
-  o.attrs = std::move(attrs);
-  o.differentiable = Differentiable::kYes;
-  return o;
-}
-
-KILN_REGISTER_OP(def("batch_norm_inference", "(x - mean) / sqrt(var + eps) * gamma + beta per channel", 5,
+KILN_REGISTER_OP(detail::make_def("batch_norm_inference", "(x - mean) / sqrt(var + eps) * gamma + beta per channel", 5,
                      infer_bn_inference,
                      {{"eps", AttrType::kFloat, "added to the variance"},
                       {"axis", AttrType::kInt, "channel axis"}}));
-KILN_REGISTER_OP(def("batch_norm_training", "batch normalisation with batch statistics; outputs y, mean, biased var",
+KILN_REGISTER_OP(detail::make_def("batch_norm_training", "batch normalisation with batch statistics; outputs y, mean, biased var",
                      3, infer_bn_training,
                      {{"eps", AttrType::kFloat, "added to the variance"},
                       {"axis", AttrType::kInt, "channel axis"}}));
-KILN_REGISTER_OP(def("layer_norm", "normalisation over the trailing dims from begin_axis", 3, infer_layer_norm,
+KILN_REGISTER_OP(detail::make_def("layer_norm", "normalisation over the trailing dims from begin_axis", 3, infer_layer_norm,
                      {{"eps", AttrType::kFloat, "added to the variance"},
                       {"begin_axis", AttrType::kInt, "first normalised axis"}}));
-KILN_REGISTER_OP(def("rms_norm", "x / sqrt(mean(x^2) + eps) * gamma over the last axis", 2, infer_rms_norm,
+KILN_REGISTER_OP(detail::make_def("rms_norm", "x / sqrt(mean(x^2) + eps) * gamma over the last axis", 2, infer_rms_norm,
                      {{"eps", AttrType::kFloat, "added to the mean square"}}));
 
 // [C] for the channel axis of x (or [] when the axis is bad: inference reports it).

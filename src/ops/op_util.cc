@@ -10,6 +10,19 @@ const OpDef& op(const char* name) {
   return *d;
 }
 
+OpDef make_def(const char* name, const char* doc, int num_inputs, InferFn infer, std::vector<AttrSpec> attrs,
+               Differentiable d, int dispatch_input) {
+  OpDef o;
+  o.name = name;
+  o.doc = doc;
+  o.num_inputs = num_inputs;
+  o.dispatch_input = dispatch_input;
+  o.infer = infer;
+  o.attrs = std::move(attrs);
+  o.differentiable = d;
+  return o;
+}
+
 std::string dtype_str(DType t) { return std::string(dtype_name(t)); }
 
 void require_same_dtype(const char* op, std::span<const TensorMeta> in) {

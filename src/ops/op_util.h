@@ -21,6 +21,11 @@ inline Tensor call1(const OpDef& d, std::initializer_list<Tensor> in, const Attr
     return d;                                                        \
   }())
 
+// An OpDef with the common fields set (dispatch_input -1: kernel chosen by the
+// dtype of output 0, for ops without inputs).
+OpDef make_def(const char* name, const char* doc, int num_inputs, InferFn infer, std::vector<AttrSpec> attrs = {},
+               Differentiable d = Differentiable::kYes, int dispatch_input = 0);
+
 // Inference helpers.
 std::vector<TensorMeta> infer_same(std::span<const TensorMeta> in, const Attrs&);
 std::vector<TensorMeta> infer_broadcast(std::span<const TensorMeta> in, const Attrs&);

@@ -100,15 +100,7 @@ std::vector<AttrSpec> random_attrs(std::initializer_list<AttrSpec> params) {
 }
 
 OpDef random_def(const char* name, const char* doc, InferFn infer, std::vector<AttrSpec> attrs) {
-  OpDef o;
-  o.name = name;
-  o.doc = doc;
-  o.num_inputs = 0;
-  o.dispatch_input = -1;
-  o.attrs = std::move(attrs);
-  o.infer = infer;
-  o.differentiable = Differentiable::kNo;
-  return o;
+  return detail::make_def(name, doc, 0, infer, std::move(attrs), Differentiable::kNo, -1);
 }
 
 constexpr char kNormal[] = "random_normal", kTruncated[] = "truncated_normal";

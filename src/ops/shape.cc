@@ -169,40 +169,28 @@ std::vector<TensorMeta> infer_broadcast_to(std::span<const TensorMeta> in, const
 
 // ---- registration ------------------------------------------------------------------
 
-OpDef def(const char* name, const char* doc, int num_inputs, InferFn infer, std::vector<AttrSpec> attrs,
-          Differentiable d = Differentiable::kYes) {
-  OpDef o;
-  o.name = name;
-  o.doc = doc;
-  o.num_inputs = num_inputs;
-  o.infer = infer;
-  o.attrs = std::move(attrs);
-  o.differentiable = d;
-  return o;
-}
-
-KILN_REGISTER_OP(def("reshape", "same elements, new shape (one -1 inferred); eager calls share the buffer", 1,
+KILN_REGISTER_OP(detail::make_def("reshape", "same elements, new shape (one -1 inferred); eager calls share the buffer", 1,
                      infer_reshape, {{"shape", AttrType::kInts, "target shape, at most one -1"}}));
-KILN_REGISTER_OP(def("transpose", "out.shape[i] = x.shape[perm[i]]", 1, infer_transpose,
+KILN_REGISTER_OP(detail::make_def("transpose", "out.shape[i] = x.shape[perm[i]]", 1, infer_transpose,
                      {{"perm", AttrType::kInts, "permutation of 0..rank-1 (empty: reverse)"}}));
-KILN_REGISTER_OP(def("concat", "join along an existing axis (one dtype)", -1, infer_concat,
+KILN_REGISTER_OP(detail::make_def("concat", "join along an existing axis (one dtype)", -1, infer_concat,
                      {{"axis", AttrType::kInt, "join axis"}}));
-KILN_REGISTER_OP(def("stack", "join equal shapes along a new axis (one dtype)", -1, infer_stack,
+KILN_REGISTER_OP(detail::make_def("stack", "join equal shapes along a new axis (one dtype)", -1, infer_stack,
                      {{"axis", AttrType::kInt, "new axis, in [-rank-1, rank]"}}));
-KILN_REGISTER_OP(def("split", "parts of the given sizes along axis", 1, infer_split,
+KILN_REGISTER_OP(detail::make_def("split", "parts of the given sizes along axis", 1, infer_split,
                      {{"axis", AttrType::kInt, "split axis"}, {"sizes", AttrType::kInts, "part sizes (sum = dim)"}}));
-KILN_REGISTER_OP(def("strided_slice", "out[i..] = x[begin + i*strides ..] (resolved bounds, no clamping)", 1,
+KILN_REGISTER_OP(detail::make_def("strided_slice", "out[i..] = x[begin + i*strides ..] (resolved bounds, no clamping)", 1,
                      infer_strided_slice,
                      {{"begin", AttrType::kInts, "first index per dimension"},
                       {"size", AttrType::kInts, "output size per dimension"},
                       {"strides", AttrType::kInts, "nonzero step per dimension"}}));
-KILN_REGISTER_OP(def("pad", "pad with a constant, reflection or the edge", 1, infer_pad,
+KILN_REGISTER_OP(detail::make_def("pad", "pad with a constant, reflection or the edge", 1, infer_pad,
                      {{"paddings", AttrType::kInts, "before0, after0, before1, ..."},
                       {"mode", AttrType::kString, "constant | reflect | edge"},
                       {"value", AttrType::kFloat, "fill value for constant mode"}}));
-KILN_REGISTER_OP(def("tile", "repeat reps[i] times along dimension i", 1, infer_tile,
+KILN_REGISTER_OP(detail::make_def("tile", "repeat reps[i] times along dimension i", 1, infer_tile,
                      {{"reps", AttrType::kInts, "repeats per dimension (length = rank)"}}));
-KILN_REGISTER_OP(def("broadcast_to", "NumPy broadcast to a shape", 1, infer_broadcast_to,
+KILN_REGISTER_OP(detail::make_def("broadcast_to", "NumPy broadcast to a shape", 1, infer_broadcast_to,
                      {{"shape", AttrType::kInts, "target shape"}}));
 
 const OpDef& reshape_op() { return KILN_OP("reshape"); }

@@ -6,6 +6,8 @@
 // and returns to it when the last handle goes. Tensors are contiguous; ops that
 // "view" (reshape) share the buffer, ops that permute (transpose) copy.
 //
+// Every defined tensor has a non-null buffer, even with zero elements.
+//
 // Thread-safety: distinct handles may be used from different threads; writing to a
 // buffer while another thread reads it is a data race, as with std::vector.
 #include <cstdint>
