@@ -14,6 +14,7 @@
 #include "kiln/core/random.h"
 #include "loops.h"
 #include "nn_kernel_util.h"
+#include "philox_simd.h"
 #include "vecmath.h"
 
 namespace kiln::cpu {
@@ -123,66 +124,6 @@ void log_softmax(OpContext& ctx) {
 
 // ---- dropout ---------------------------------------------------------------------------
 
-// Philox4x32-10 (the same function as kiln::Philox::block with counter_hi = 0) for
-// kLanes consecutive counters `first`, `first + 1`, ...; writes the 4 * kLanes words
-// in element order (block j's word k at 4 * j + k). The AVX2 path runs the 8 blocks
-// in parallel (32x32->64-bit products with vpmuludq), ~10x faster than 8 calls.
-constexpr int kLanes = 8;
-constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-
-#ifdef __AVX2__
-// hi and lo 32 bits of the 8 lane-wise products a[j] * m.
-inline void mul_hilo(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
-  const __m256i pe = _mm256_mul_epu32(a, m);                                          // lanes 0, 2, 4, 6
-  const __m256i po = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);                   // lanes 1, 3, 5, 7
-  hi = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
-  lo = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
-}
-
-inline void philox_lanes(uint64_t key, uint64_t first, uint32_t* words) {
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  // Counters below 2^32 - 8 keep the high word zero across the 8 lanes; otherwise fall back.
-  if ((first >> 32) != ((first + kLanes - 1) >> 32) || (first >> 32) != 0) {
-    for (int j = 0; j < kLanes; ++j) {
-      std::array<uint32_t, 4> r = Philox::block(key, 0, first + static_cast<uint64_t>(j));
-      for (int k = 0; k < 4; ++k) words[4 * j + k] = r[k];
-    }
-    return;
-  }
-  __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(first))), lane);
-  __m256i c1 = _mm256_setzero_si256(), c2 = _mm256_setzero_si256(), c3 = _mm256_setzero_si256();
-  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kM0)), m1 = _mm256_set1_epi32(static_cast<int>(kM1));
-  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-  for (int r = 0; r < 10; ++r) {
-    __m256i hi0, lo0, hi1, lo1;
-    mul_hilo(c0, m0, hi0, lo0);
-    mul_hilo(c2, m1, hi1, lo1);
-    c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(static_cast<int>(k0)));
-    c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(static_cast<int>(k1)));
-    c1 = lo1;
-    c3 = lo0;
-    k0 += kW0;
-    k1 += kW1;
-  }
-  // 4 x 8 transpose to element order.
-  const __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpacklo_epi32(c2, c3);
-  const __m256i t2 = _mm256_unpackhi_epi32(c0, c1), t3 = _mm256_unpackhi_epi32(c2, c3);
-  const __m256i r0 = _mm256_unpacklo_epi64(t0, t1), r1 = _mm256_unpackhi_epi64(t0, t1);  // blocks 0,4 / 1,5
-  const __m256i r2 = _mm256_unpacklo_epi64(t2, t3), r3 = _mm256_unpackhi_epi64(t2, t3);  // blocks 2,6 / 3,7
-  auto* out = reinterpret_cast<__m256i*>(words);
-  _mm256_storeu_si256(out + 0, _mm256_permute2x128_si256(r0, r1, 0x20));
-  _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(r2, r3, 0x20));
-  _mm256_storeu_si256(out + 2, _mm256_permute2x128_si256(r0, r1, 0x31));
-  _mm256_storeu_si256(out + 3, _mm256_permute2x128_si256(r2, r3, 0x31));
-}
-#else
-inline void philox_lanes(uint64_t key, uint64_t first, uint32_t* words) {
-  for (int j = 0; j < kLanes; ++j) {
-    std::array<uint32_t, 4> r = Philox::block(key, 0, first + static_cast<uint64_t>(j));
-    for (int k = 0; k < 4; ++k) words[4 * j + k] = r[k];
-  }
-}
-#endif
 
 template <typename T>
 void dropout(OpContext& ctx) {
@@ -197,11 +138,13 @@ void dropout(OpContext& ctx) {
   const T* x = static_cast<const T*>(ctx.in[0].raw_data());
   T* y = static_cast<T*>(ctx.out[0].raw_data());
   // Element i uses word i % 4 of Philox block i / 4: independent of the work split.
-  constexpr int64_t kGroup = 4 * kLanes;  // elements per philox_lanes call
+  constexpr int64_t kGroup = 4 * philox::kBatch;  // elements per Philox batch
   parallel_for((n + kGroup - 1) / kGroup, kElementwiseGrain / kGroup, [&](int64_t lo, int64_t hi) {
+    philox::Words words;
     alignas(32) uint32_t w[kGroup];
     for (int64_t g = lo; g < hi; ++g) {
-      philox_lanes(key, static_cast<uint64_t>(g * kLanes), w);
+      philox::philox_batch(key, 0, static_cast<uint64_t>(g * philox::kBatch), words);
+      for (int64_t e = 0; e < kGroup; ++e) w[e] = words.w[e & 3][e >> 2];  // element order
       const int64_t base = g * kGroup, len = std::min<int64_t>(kGroup, n - base);
       const T* xs = x + base;
       T* ys = y + base;
