@@ -7,16 +7,13 @@
 #include "kiln/ops/shape.h"
 
 #include "op_table.h"
+#include "shape_test_util.h"
 
 namespace kiln::testing {
 namespace {
 
 using namespace kiln::ops;
 using V = std::vector<Tensor>;
-const std::vector<DType> kMoveDtypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16,
-                                       DType::kI32, DType::kI64, DType::kI8,  DType::kU8};
-const std::vector<DType> kAllDtypes = {DType::kBool, DType::kU8,   DType::kI8,  DType::kI32, DType::kI64,
-                                       DType::kF16,  DType::kBF16, DType::kF32, DType::kF64};
 
 std::vector<OpCase> cases() {
   auto g = [](int64_t axis, int64_t bd) {
@@ -57,17 +54,6 @@ INSTANTIATE_TEST_SUITE_P(Table, IndexOps, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
 
 // ---- every dtype, hand-computed ------------------------------------------------------
-
-Tensor seq(const Shape& s, DType dt) {
-  std::vector<double> v(static_cast<size_t>(s.numel()));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = dt == DType::kBool ? static_cast<double>(i % 3 == 1) : double(i % 100);
-  return Tensor::from_vector<double>(v, s).to(dt);
-}
-std::vector<double> pick(const Tensor& base, std::vector<int64_t> pos) {
-  std::vector<double> all = base.to_vector<double>(), out;
-  for (int64_t p : pos) out.push_back(all[p]);
-  return out;
-}
 
 class IndexEveryDtype : public ::testing::TestWithParam<DType> {};
 
