@@ -15,6 +15,7 @@
 
 #include "kiln/core/parallel.h"
 #include "nn_kernel_util.h"
+#include "softmax_row.h"
 #include "vecmath.h"
 
 namespace kiln::cpu {
@@ -163,15 +164,7 @@ void attention(OpContext& ctx) {
           std::fill(s, s + cols, T(0));
           continue;
         }
-        T sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < lim; ++j) {
-          s[j] = vm::exp(s[j] - mx);
-          sum += s[j];
-        }
-        const T inv = T(1) / sum;
-#pragma omp simd
-        for (int64_t j = 0; j < lim; ++j) s[j] *= inv;
+        softmax_row<T, false>(s, s, lim);
         std::fill(s + lim, s + cols, T(0));
       }
       gemm_nn<T>(rows, dv, cols, S, V + v_off[b], o);
