@@ -13,3 +13,5 @@
 #include "kiln/core/shape.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops.h"
+#include "kiln/autodiff/tape.h"
+#include "kiln/autodiff/variable.h"

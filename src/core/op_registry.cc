@@ -130,15 +130,19 @@ std::vector<const OpDef*> OpRegistry::all() const {
 
 OpRegistration::OpRegistration(OpDef d) {
   OpDef& slot = OpRegistry::global().def(d.name);
-  auto kernels = slot.kernels;  // kernels may have registered first
+  auto kernels = slot.kernels;  // kernels and vjps may have registered first
+  VjpFn vjp = slot.vjp;
   slot = std::move(d);
   slot.kernels = kernels;
+  if (vjp) slot.vjp = vjp;
 }
 
 KernelRegistration::KernelRegistration(const char* op, DeviceType dev, std::initializer_list<DType> dtypes,
                                        KernelFn fn) {
   for (DType t : dtypes) OpRegistry::global().register_kernel(op, dev, t, fn);
 }
+VjpRegistration::VjpRegistration(const char* op, VjpFn fn) { OpRegistry::global().def(op).vjp = fn; }
+
 KernelRegistration::KernelRegistration(const char* op, DeviceType dev, DType dtype, KernelFn fn) {
   OpRegistry::global().register_kernel(op, dev, dtype, fn);
 }

@@ -1,5 +1,6 @@
 #include "kiln/core/tensor.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -17,8 +18,16 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
 
 Storage::~Storage() { allocator_->deallocate(data_); }
 
+namespace {
+std::atomic<uint64_t> g_next_tensor_id{1};
+}
+
 Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape, DType dtype)
-    : storage_(std::move(storage)), offset_(offset), shape_(shape), dtype_(dtype) {}
+    : storage_(std::move(storage)),
+      offset_(offset),
+      shape_(shape),
+      dtype_(dtype),
+      id_(g_next_tensor_id.fetch_add(1, std::memory_order_relaxed)) {}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);

@@ -79,10 +79,22 @@ struct OpContext {
 using InferFn = std::vector<TensorMeta> (*)(std::span<const TensorMeta> in, const Attrs& attrs);
 // Computes outputs (already allocated with the inferred shapes) from inputs.
 using KernelFn = void (*)(OpContext& ctx);
-// Vector-Jacobian product: gradients w.r.t. each input (undefined Tensor for an input
-// that gets none), from inputs, outputs and the cotangents of the outputs.
-using VjpFn = std::vector<Tensor> (*)(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
-                                      std::span<const Tensor> cotangents, const Attrs& attrs);
+// What a vector-Jacobian product sees: the op's inputs, outputs and attrs as they
+// were when it ran, the cotangents of every output (zeros where an output got
+// none), and which inputs need a gradient.
+struct VjpContext {
+  std::span<const Tensor> inputs;
+  std::span<const Tensor> outputs;
+  std::span<const Tensor> cotangents;
+  const Attrs& attrs;
+  std::span<const uint8_t> needs_grad;  // per input; empty = all
+  bool needs(size_t i) const { return needs_grad.empty() || (i < needs_grad.size() && needs_grad[i]); }
+};
+// Vector-Jacobian product: the gradient w.r.t. each input, one entry per input, with
+// the input's shape and dtype; an undefined Tensor for an input that gets none (an
+// integer input, or one with needs(i) == false). Built from ops, so an enclosing
+// gradient tape records it (gradients of gradients).
+using VjpFn = std::vector<Tensor> (*)(const VjpContext& ctx);
 
 enum class Differentiable : uint8_t { kUnknown, kYes, kNo };
 
@@ -147,6 +159,10 @@ Tensor call_op1(const OpDef& op, std::span<const Tensor> inputs, const Attrs& at
 struct OpRegistration {
   explicit OpRegistration(OpDef def);
 };
+// Attaches a vjp to an op (the op is created on first mention, any order works).
+struct VjpRegistration {
+  VjpRegistration(const char* op, VjpFn fn);
+};
 struct KernelRegistration {
   KernelRegistration(const char* op, DeviceType dev, std::initializer_list<DType> dtypes, KernelFn fn);
   KernelRegistration(const char* op, DeviceType dev, DType dtype, KernelFn fn);
@@ -158,5 +174,7 @@ struct KernelRegistration {
 #define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
 #define KILN_REGISTER_OP(...) \
   static ::kiln::OpRegistration KILN_CONCAT(kiln_op_reg_, __COUNTER__)(__VA_ARGS__)
+#define KILN_REGISTER_VJP(op, fn) \
+  static ::kiln::VjpRegistration KILN_CONCAT(kiln_vjp_reg_, __COUNTER__)(op, fn)
 #define KILN_REGISTER_KERNEL(op, dev, dtypes, fn) \
   static ::kiln::KernelRegistration KILN_CONCAT(kiln_kernel_reg_, __COUNTER__)(op, dev, dtypes, fn)

@@ -87,6 +87,10 @@ class Tensor {
   Tensor to(DType dtype) const;      // dtype conversion (copy unless same dtype)
   Tensor to(Device device) const;    // device transfer (copy unless same device)
   bool is_same(const Tensor& o) const { return storage_ == o.storage_ && offset_ == o.offset_; }
+  // Identity of this value for gradient tapes: every tensor made by an op, a
+  // constructor or Tensor::reshape gets a fresh id; copies of a handle share it.
+  // 0 for an undefined tensor.
+  uint64_t id() const { return id_; }
 
   // NumPy-like printout, eliding the middle of large dimensions.
   std::string str(int max_per_dim = 6) const;
@@ -101,6 +105,7 @@ class Tensor {
   size_t offset_ = 0;
   Shape shape_;
   DType dtype_ = DType::kF32;
+  uint64_t id_ = 0;
 };
 
 // Converts n host elements between dtypes (static_cast semantics; to bool: != 0;

@@ -1,0 +1,49 @@
+#pragma once
+// Variable: a named, mutable tensor slot that models train (Keras's tf.Variable).
+//
+// A Variable is a handle: copies share the same slot, so a layer, its optimizer and a
+// checkpoint all see one value. `value()` returns the current tensor and tells every
+// gradient tape recording on this thread (that watches accessed variables) to watch
+// it; `assign()` replaces the value (same shape and dtype) and is not recorded.
+//
+// Thread-safety: none; a Variable is updated by one training loop at a time.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+class Variable {
+ public:
+  Variable() = default;  // undefined: defined() == false
+  Variable(Tensor initial, std::string name, bool trainable = true);
+
+  bool defined() const { return state_ != nullptr; }
+  // The current value; watched by tapes that watch accessed variables.
+  const Tensor& value() const;
+  // The current value, without telling tapes (for optimizers, checkpoints, printing).
+  const Tensor& peek() const;
+  // Replaces the value; throws InvalidArgumentError on a shape or dtype change.
+  void assign(const Tensor& v) const;
+  const std::string& name() const;
+  bool trainable() const;
+  void set_trainable(bool t) const;
+  const Shape& shape() const { return peek().shape(); }
+  DType dtype() const { return peek().dtype(); }
+  int64_t numel() const { return peek().numel(); }
+  // Stable identity of the slot (same for every copy of the handle).
+  uintptr_t uid() const { return reinterpret_cast<uintptr_t>(state_.get()); }
+  bool is_same(const Variable& o) const { return state_ == o.state_; }
+
+ private:
+  struct State {
+    Tensor value;
+    std::string name;
+    bool trainable = true;
+  };
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace kiln

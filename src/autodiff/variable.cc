@@ -1,0 +1,52 @@
+#include "kiln/autodiff/variable.h"
+
+#include "kiln/autodiff/tape.h"
+
+namespace kiln {
+
+Variable::Variable(Tensor initial, std::string name, bool trainable) : state_(std::make_shared<State>()) {
+  if (!initial.defined()) throw InvalidArgumentError("Variable '" + name + "': initial value is undefined");
+  state_->value = std::move(initial);
+  state_->name = std::move(name);
+  state_->trainable = trainable;
+}
+
+static void require(const void* state) {
+  if (!state) throw FailedPreconditionError("use of an undefined Variable");
+}
+
+const Tensor& Variable::value() const {
+  require(state_.get());
+  GradientTape::notify_variable_read(state_->value, state_->trainable);
+  return state_->value;
+}
+
+const Tensor& Variable::peek() const {
+  require(state_.get());
+  return state_->value;
+}
+
+void Variable::assign(const Tensor& v) const {
+  require(state_.get());
+  if (!v.defined()) throw InvalidArgumentError("Variable '" + state_->name + "': assigned an undefined tensor");
+  if (v.shape() != state_->value.shape() || v.dtype() != state_->value.dtype())
+    throw InvalidArgumentError("Variable '" + state_->name + "' is " + state_->value.desc() + ", assigned " + v.desc());
+  state_->value = v;
+}
+
+const std::string& Variable::name() const {
+  require(state_.get());
+  return state_->name;
+}
+
+bool Variable::trainable() const {
+  require(state_.get());
+  return state_->trainable;
+}
+
+void Variable::set_trainable(bool t) const {
+  require(state_.get());
+  state_->trainable = t;
+}
+
+}  // namespace kiln
