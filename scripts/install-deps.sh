@@ -8,6 +8,10 @@ PACKAGES=(
   libdnnl-dev              # oneDNN: matmul, convolution, pooling kernels
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev             # the kiln command line
+  zlib1g-dev               # gzip IDX files
+  libboost-dev             # Boost.CRC (CRC-32C of TFRecord, event files, checkpoints)
+  libprotobuf-dev protobuf-compiler   # TensorBoard Event protos (proto/)
+  nlohmann-json3-dev       # checkpoint (safetensors) headers, metrics JSON
   clang-14 libclang-rt-14-dev   # libFuzzer targets
   python3 python3-venv     # fixture generators and interop checks (venv in the build tree)
   dataset-fashion-mnist    # the default training data set

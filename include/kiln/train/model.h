@@ -1,0 +1,146 @@
+#pragma once
+// Models (keras.Model): a layer graph with training machinery.
+//
+//   auto x = Input({784});
+//   auto h = layers::Dense(256, "relu")(x);
+//   auto y = layers::Dense(10)(h);
+//   auto model = Model::functional({x}, {y});
+//   model->compile({optimizers::Adam(), losses::SparseCategoricalCrossentropy(true), {"accuracy"}});
+//   History h = model->fit(train_x, train_y, {.epochs = 5, .batch_size = 128});
+//
+// Functional models may have several inputs and outputs and residual connections;
+// Sequential stacks single-input layers. Subclass Model and override call() for
+// imperative models.
+//
+// fit runs one GradientTape per batch: forward in training mode, loss (+ the
+// regularization losses), gradients of the trainable weights, optimizer step.
+// Reproducible: with kiln::set_seed(s) before building and fit's shuffle_seed, two
+// runs produce the same weights and losses.
+//
+// Thread-safety: none.
+#include <iosfwd>
+#include <optional>
+#include <vector>
+
+#include "kiln/train/callbacks.h"
+#include "kiln/train/checkpoint.h"
+#include "kiln/train/layer.h"
+#include "kiln/train/losses.h"
+#include "kiln/train/metrics.h"
+#include "kiln/train/optimizers.h"
+
+namespace kiln::train {
+
+struct CompileOptions {
+  OptimizerPtr optimizer;
+  std::vector<LossPtr> loss;               // one per output (one applies to all)
+  std::vector<std::string> metrics = {};   // names, see metrics::get (applied to output 0)
+  std::vector<double> loss_weights = {};   // per output, default 1
+  std::vector<MetricPtr> metric_objects = {};
+};
+
+struct FitOptions {
+  int epochs = 1;
+  int64_t batch_size = 32;
+  bool shuffle = true;
+  uint64_t shuffle_seed = 0;               // epoch e shuffles with seed + e
+  double validation_split = 0;             // last fraction of x/y held out (before shuffling)
+  std::vector<Tensor> validation_x = {};   // or explicit validation data
+  std::vector<Tensor> validation_y = {};
+  std::vector<CallbackPtr> callbacks = {};
+  int verbose = 1;                         // 0 silent, 1 progress bar, 2 one line per epoch
+  int initial_epoch = 0;
+  int64_t steps_per_epoch = 0;             // 0: all batches
+};
+
+struct EvaluateOptions {
+  int64_t batch_size = 32;
+  int verbose = 0;
+  std::vector<CallbackPtr> callbacks = {};
+};
+
+class Model : public Layer {
+ public:
+  // A functional model from symbolic inputs to outputs.
+  static std::shared_ptr<Model> functional(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs,
+                                           std::string name = "model");
+  std::string type() const override { return is_functional() ? "Functional" : "Model"; }
+
+  void compile(CompileOptions opts);
+  bool compiled() const { return compiled_; }
+
+  History fit(const std::vector<Tensor>& x, const std::vector<Tensor>& y, FitOptions opts = {});
+  History fit(const Tensor& x, const Tensor& y, FitOptions opts = {}) {
+    return fit(std::vector<Tensor>{x}, std::vector<Tensor>{y}, std::move(opts));
+  }
+  // Loss and metrics over the data ({"loss": .., "accuracy": ..}).
+  Logs evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y, EvaluateOptions opts = {});
+  Logs evaluate(const Tensor& x, const Tensor& y, EvaluateOptions opts = {}) {
+    return evaluate(std::vector<Tensor>{x}, std::vector<Tensor>{y}, std::move(opts));
+  }
+  // Outputs for the inputs, computed in batches in inference mode.
+  std::vector<Tensor> predict(const std::vector<Tensor>& x, int64_t batch_size = 32);
+  Tensor predict(const Tensor& x, int64_t batch_size = 32) { return predict(std::vector<Tensor>{x}, batch_size)[0]; }
+
+  // One optimisation step on one batch; returns the batch loss and metric values.
+  Logs train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y);
+
+  // Keras-style table: layer (type), output shape, params; totals.
+  void summary(std::ostream& os) const;
+  std::string summary() const;
+
+  // Model weights, optimizer state and counters as checkpoint data, and back
+  // (restore builds the optimizer's slots first).
+  CheckpointData state() const;
+  void load_state(const CheckpointData& data);
+  void save_weights(const std::string& path) const { save_checkpoint(path, state()); }
+  void load_weights(const std::string& path) { load_state(load_checkpoint(path)); }
+
+  const OptimizerPtr& optimizer() const { return opts_.optimizer; }
+  bool stop_training = false;
+  // Progress counters (restored by BackupAndRestore).
+  int64_t epoch_counter = 0;  // epochs completed
+  int64_t step_in_epoch = 0;  // batches completed in the current epoch
+
+  // The layers in execution order (functional/sequential).
+  std::vector<LayerPtr> layers() const;
+  bool is_functional() const { return !inputs_.empty(); }
+  const std::vector<SymbolicTensor>& inputs() const { return inputs_; }
+  const std::vector<SymbolicTensor>& outputs() const { return outputs_; }
+
+ protected:
+  explicit Model(std::string name = "model");
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, bool training) override;
+  int num_inputs() const override { return is_functional() ? static_cast<int>(inputs_.size()) : 1; }
+  // Sets up the functional graph (topological order of the nodes).
+  void init_graph(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs);
+  void uniquify_names();
+
+  std::vector<SymbolicTensor> inputs_, outputs_;
+  std::vector<std::shared_ptr<SymbolicTensor::Node>> order_;  // non-input nodes, topological
+  CompileOptions opts_;
+  bool compiled_ = false;
+  std::vector<MetricPtr> metrics_;
+};
+using ModelPtr = std::shared_ptr<Model>;
+
+// A linear stack of layers (keras.Sequential). Give input_shape (per sample) to build
+// eagerly and get a summary before the first call.
+class Sequential : public Model {
+ public:
+  explicit Sequential(std::vector<LayerPtr> layers = {}, std::optional<Shape> input_shape = std::nullopt,
+                      std::string name = "sequential");
+  std::string type() const override { return "Sequential"; }
+  void add(LayerPtr layer);
+  std::vector<LayerPtr> stack() const { return stack_; }
+
+ protected:
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, bool training) override;
+  void build(const std::vector<Shape>& input_shapes) override;
+
+ private:
+  std::vector<LayerPtr> stack_;
+  std::optional<Shape> input_shape_;
+};
+
+}  // namespace kiln::train

@@ -1,0 +1,76 @@
+#pragma once
+// Optimizers (keras.optimizers). State lives in Variables ("iterations" and one slot
+// per trainable variable, named "<optimizer>/<variable name>/<slot>") so checkpoints
+// save and restore it with the model's weights. Updates are fused ops
+// (ops/optim.h), one per variable per step.
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "kiln/autodiff/variable.h"
+#include "kiln/train/schedules.h"
+
+namespace kiln::train {
+
+struct OptimizerOptions {
+  std::variant<double, SchedulePtr> learning_rate = 1e-3;
+  double clipnorm = 0;         // > 0: clip each gradient to this L2 norm
+  double global_clipnorm = 0;  // > 0: scale all gradients so their global norm is at most this
+  double weight_decay = 0;     // decoupled (AdamW-style) for every optimizer that supports it
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(OptimizerOptions opts);
+  virtual ~Optimizer() = default;
+  virtual std::string name() const = 0;
+
+  // One update of every variable from its gradient (undefined gradients are skipped).
+  // Throws InvalidArgumentError when a gradient's shape or dtype differs from its
+  // variable's, or the lists' lengths differ.
+  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+
+  // Creates the slots for `vars` (apply_gradients does it on first use); call before
+  // restoring a checkpoint so the slots exist.
+  void build(const std::vector<Variable>& vars);
+  // "iterations" and every slot, in a stable order.
+  std::vector<Variable> variables() const;
+  int64_t iterations() const;
+  // The learning rate the next step will use.
+  double learning_rate() const;
+  // Replaces the learning rate (LearningRateScheduler uses this); drops a schedule.
+  void set_learning_rate(double lr);
+
+ protected:
+  // Slots per variable (e.g. {"m", "v"}).
+  virtual std::vector<std::string> slot_names() const = 0;
+  // Updates var (and slots) from grad at learning rate lr; step is 1-based.
+  virtual void update(const Variable& var, const Tensor& grad, std::vector<Variable>& slots, double lr,
+                      int64_t step) = 0;
+  OptimizerOptions opts_;
+
+ private:
+  Variable iterations_;
+  std::vector<uintptr_t> order_;
+  std::unordered_map<uintptr_t, std::vector<Variable>> slots_;
+};
+using OptimizerPtr = std::shared_ptr<Optimizer>;
+
+// Scales grads in place so their global L2 norm is at most clip_norm; returns the
+// norm before clipping.
+double clip_by_global_norm(std::vector<Tensor>& grads, double clip_norm);
+
+namespace optimizers {
+OptimizerPtr SGD(OptimizerOptions opts = {0.01}, double momentum = 0, bool nesterov = false);
+OptimizerPtr Adam(OptimizerOptions opts = {}, double beta_1 = 0.9, double beta_2 = 0.999, double epsilon = 1e-7);
+// Adam with decoupled weight decay (default 0.004 like Keras when opts.weight_decay is 0).
+OptimizerPtr AdamW(OptimizerOptions opts = {}, double beta_1 = 0.9, double beta_2 = 0.999, double epsilon = 1e-7);
+OptimizerPtr RMSprop(OptimizerOptions opts = {}, double rho = 0.9, double momentum = 0, double epsilon = 1e-7,
+                     bool centered = false);
+// By name with default settings and the given learning rate: "sgd", "adam", "adamw", "rmsprop".
+OptimizerPtr get(const std::string& name, double learning_rate);
+}  // namespace optimizers
+
+}  // namespace kiln::train
