@@ -18,6 +18,8 @@ for preset in default asan tsan; do
   target=(); [ "$preset" = tsan ] && target=(--target kiln_core_tests)
   cmake --build --preset "$preset" -j "$JOBS" "${target[@]}"
   step "test: $preset"
+  # The interop tests read kiln's files with stock Python packages (TensorBoard).
+  if [ "$preset" = default ]; then bash scripts/python-venv.sh; fi
   ctest --preset "$preset"
 done
 

@@ -37,8 +37,8 @@ inline void PrintTo(const Tensor& t, std::ostream* os) { *os << t.str(); }
 
 #define EXPECT_CLOSE(actual, expected, rtol, atol)                                                  \
   do {                                                                                              \
-    const ::kiln::Tensor& kiln_a_ = (actual);                                                       \
-    const ::kiln::Tensor& kiln_e_ = (expected);                                                     \
+    const ::kiln::Tensor kiln_a_ = (actual); /* a copy: `actual` may be a temporary */             \
+    const ::kiln::Tensor kiln_e_ = (expected);                                                      \
     EXPECT_TRUE(::kiln::allclose(kiln_a_, kiln_e_, rtol, atol))                                     \
         << ::kiln::describe_mismatch(kiln_a_, kiln_e_, rtol, atol);                                 \
   } while (0)

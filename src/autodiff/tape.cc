@@ -85,8 +85,10 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
 
   // Forward pass over the record: which tensors depend on a source.
   std::unordered_set<uint64_t> reach;
+  // Only watched sources get gradients (tf.GradientTape semantics): an unwatched
+  // tensor is a constant even when it feeds a recorded op.
   for (const Tensor& s : sources)
-    if (s.defined() && is_differentiable_dtype(s.dtype())) reach.insert(s.id());
+    if (s.defined() && is_differentiable_dtype(s.dtype()) && watched_.count(s.id())) reach.insert(s.id());
   std::vector<uint8_t> live(nodes_.size(), 0);
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];

@@ -1,4 +1,5 @@
 #include "kiln/ops/linalg.h"
+#include "kiln/ops/shape.h"
 
 #include "kiln/ops/elementwise.h"
 #include "op_util.h"
@@ -50,11 +51,11 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
   Tensor x = a.dtype() == t ? a : cast(a, t), y = b.dtype() == t ? b : cast(b, t);
   bool vec_a = x.rank() == 1, vec_b = y.rank() == 1;
   if (vec_a) {
-    x = x.reshape({1, x.dim(0)});
+    x = reshape(x, {1, x.dim(0)});  // ops::reshape: gradient tapes see it
     transpose_a = false;
   }
   if (vec_b) {
-    y = y.reshape({y.dim(0), 1});
+    y = reshape(y, {y.dim(0), 1});
     transpose_b = false;
   }
   Tensor out = detail::call1(KILN_OP("matmul"), {x, y}, {{"transpose_a", transpose_a}, {"transpose_b", transpose_b}});
@@ -62,7 +63,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
     Shape s = out.shape();
     if (vec_b) s.erase(s.rank() - 1);
     if (vec_a) s.erase(s.rank() - (vec_b ? 1 : 2));
-    out = out.reshape(s);
+    out = reshape(out, s.vec());
   }
   return out;
 }

@@ -61,9 +61,6 @@ CallbackPtr BackupAndRestore(std::string backup_dir, int64_t save_freq = 0, bool
 // Writes logs as TensorBoard scalars (train/ and validation/ runs) to log_dir,
 // per epoch and every update_freq batches when update_freq > 0.
 CallbackPtr TensorBoard(std::string log_dir, int64_t update_freq = 0);
-// Keras progress bar on a TTY (plain one-line-per-epoch output otherwise).
-// verbose: 0 silent, 1 bar, 2 one line per epoch.
-CallbackPtr ProgbarLogger(int verbose = 1);
 
 }  // namespace callbacks
 }  // namespace kiln::train

@@ -32,7 +32,23 @@ Regularizer l1(double factor = 0.01);  // factor * sum(|w|)
 std::string snake_case(const std::string& type);
 
 class Layer;
-using LayerPtr = std::shared_ptr<Layer>;
+class SymbolicTensor;
+
+// A shared layer handle that can be called like a Keras layer:
+// `auto h = layers::Dense(64, "relu")(x);`
+class LayerPtr : public std::shared_ptr<Layer> {
+ public:
+  LayerPtr() = default;
+  LayerPtr(std::nullptr_t) {}  // NOLINT(google-explicit-constructor)
+  template <typename T>
+  LayerPtr(std::shared_ptr<T> p) : std::shared_ptr<Layer>(std::move(p)) {}  // NOLINT(google-explicit-constructor)
+  SymbolicTensor operator()(const SymbolicTensor& x) const;
+  // Multi-input call of a single-output layer (Add, Concatenate, attention);
+  // InvalidArgumentError if the layer has several outputs (use Layer::operator()).
+  SymbolicTensor operator()(const std::vector<SymbolicTensor>& xs) const;
+  Tensor operator()(const Tensor& x, bool training = false) const;
+  std::vector<Tensor> operator()(const std::vector<Tensor>& xs, bool training = false) const;
+};
 
 // A symbolic value in a functional model: shape with -1 for the batch dimension.
 class SymbolicTensor {
@@ -129,6 +145,19 @@ class Layer : public std::enable_shared_from_this<Layer> {
   std::vector<LayerPtr> sublayers_;
   friend class Model;
 };
+
+inline SymbolicTensor LayerPtr::operator()(const SymbolicTensor& x) const { return (**this)(x); }
+inline SymbolicTensor LayerPtr::operator()(const std::vector<SymbolicTensor>& xs) const {
+  std::vector<SymbolicTensor> out = (**this)(xs);
+  if (out.size() != 1)
+    throw InvalidArgumentError("layer '" + (*this)->name() + "' has " + std::to_string(out.size()) +
+                               " outputs; call it through Layer::operator() to get them all");
+  return out[0];
+}
+inline Tensor LayerPtr::operator()(const Tensor& x, bool training) const { return (**this)(x, training); }
+inline std::vector<Tensor> LayerPtr::operator()(const std::vector<Tensor>& xs, bool training) const {
+  return (**this)(xs, training);
+}
 
 // A layer with one input and one output.
 class UnaryLayer : public Layer {

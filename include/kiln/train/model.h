@@ -115,12 +115,17 @@ class Model : public Layer {
   // Sets up the functional graph (topological order of the nodes).
   void init_graph(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs);
   void uniquify_names();
+  // Sum of the (weighted) losses of every output.
+  Tensor total_loss(const std::vector<Tensor>& y, const std::vector<Tensor>& preds);
+  // Every weight under its model path ("dense_1/kernel"): stable across runs.
+  std::vector<std::pair<std::string, Variable>> named_weights() const;
 
   std::vector<SymbolicTensor> inputs_, outputs_;
   std::vector<std::shared_ptr<SymbolicTensor::Node>> order_;  // non-input nodes, topological
   CompileOptions opts_;
   bool compiled_ = false;
   std::vector<MetricPtr> metrics_;
+  std::vector<Shape> output_shapes_;  // per layer, for summary() (Sequential)
 };
 using ModelPtr = std::shared_ptr<Model>;
 

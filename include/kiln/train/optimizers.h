@@ -42,6 +42,13 @@ class Optimizer {
   double learning_rate() const;
   // Replaces the learning rate (LearningRateScheduler uses this); drops a schedule.
   void set_learning_rate(double lr);
+  // The slots of `var` in slot_names() order (empty before build, or for a variable
+  // this optimizer does not update).
+  std::vector<Variable> slots(const Variable& var) const {
+    auto it = slots_.find(var.uid());
+    return it == slots_.end() ? std::vector<Variable>{} : it->second;
+  }
+  const Variable& iterations_variable() const { return iterations_; }
 
  protected:
   // Slots per variable (e.g. {"m", "v"}).

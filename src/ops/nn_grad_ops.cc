@@ -1,0 +1,91 @@
+// nn backward ops without a forward counterpart: max_pool2d_backward,
+// avg_pool2d_backward (kernels in backends/cpu/pool_backward_kernels.cc, vjps in
+// grad/nn_pool_grad.cc).
+#include "kiln/ops/nn_grad.h"
+
+#include <algorithm>
+
+#include "nn_util.h"
+
+namespace kiln::ops {
+namespace {
+using detail::call1;
+using namespace nn_detail;
+
+const std::vector<AttrSpec> kPoolAttrs = {
+    {"ksize", AttrType::kInts, "[kh, kw]"},
+    {"strides", AttrType::kInts, "[sh, sw]"},
+    {"padding", AttrType::kString, "\"valid\", \"same\" or \"explicit\""},
+    {"explicit_paddings", AttrType::kInts, "[top, bottom, left, right] with padding \"explicit\""},
+    {"data_format", AttrType::kString, "\"NHWC\" or \"NCHW\""},
+};
+
+void require_dy(const char* op, const TensorMeta& dy, const Pool2dGeometry& g, const Shape& x, DType xt) {
+  if (dy.dtype != xt)
+    throw InvalidArgumentError(std::string(op) + ": dy must have the input's dtype (" + detail::dtype_str(xt) +
+                               "), got " + detail::dtype_str(dy.dtype));
+  if (dy.shape != g.output_shape())
+    throw InvalidArgumentError(std::string(op) + ": dy must have the pooling output shape " +
+                               g.output_shape().str() + " for input " + x.str() + ", got " + dy.shape.str());
+}
+
+std::vector<TensorMeta> infer_max_pool2d_backward(std::span<const TensorMeta> in, const Attrs& a) {
+  const char* op = "max_pool2d_backward";
+  detail::require_floating(op, in[0]);
+  require_dy(op, in[1], pool2d_geometry(op, in[0].shape, a), in[0].shape, in[0].dtype);
+  return {in[0]};
+}
+
+std::vector<TensorMeta> infer_avg_pool2d_backward(std::span<const TensorMeta> in, const Attrs& a) {
+  const char* op = "avg_pool2d_backward";
+  detail::require_floating(op, in[0]);
+  const std::vector<int64_t>& s = a.get_ints("input_shape");
+  if (s.size() != 4 || std::any_of(s.begin(), s.end(), [](int64_t d) { return d < 0; }))
+    throw InvalidArgumentError(std::string(op) + ": input_shape must be 4 dims >= 0, got " + ints_str(s));
+  Shape x(s);
+  require_dy(op, in[0], pool2d_geometry(op, x, a), x, in[0].dtype);
+  return {{x, in[0].dtype}};
+}
+
+std::vector<AttrSpec> with_input_shape() {
+  std::vector<AttrSpec> r = kPoolAttrs;
+  r.push_back({"input_shape", AttrType::kInts, "shape of avg_pool2d's input"});
+  return r;
+}
+
+KILN_REGISTER_OP(detail::make_def("max_pool2d_backward",
+                                  "gradient of max_pool2d w.r.t. its input (x, dy); ties go to the first maximum", 2,
+                                  infer_max_pool2d_backward, kPoolAttrs, Differentiable::kNo));
+KILN_REGISTER_OP(detail::make_def("avg_pool2d_backward", "gradient of avg_pool2d w.r.t. its input (the adjoint)", 1,
+                                  infer_avg_pool2d_backward, with_input_shape()));
+
+Attrs pool_attrs(const std::vector<int64_t>& ksize, const std::vector<int64_t>& strides, const Padding& padding,
+                 const std::string& data_format) {
+  Attrs a{{"ksize", ksize}, {"strides", strides}, {"data_format", data_format}, {"padding", padding.mode}};
+  if (!padding.pads.empty()) a.set("explicit_paddings", padding.pads);
+  return a;
+}
+
+}  // namespace
+
+Tensor max_pool2d_backward(const Tensor& x, const Tensor& dy, const std::vector<int64_t>& ksize,
+                           const std::vector<int64_t>& strides, const Padding& padding,
+                           const std::string& data_format) {
+  const char* op = "max_pool2d_backward";
+  require_defined(op, "input", x);
+  require_defined(op, "dy", dy);
+  Tensor xx = as_floating(x);
+  return call1(KILN_OP("max_pool2d_backward"), {xx, cast(dy, xx.dtype())},
+               pool_attrs(ksize, strides, padding, data_format));
+}
+
+Tensor avg_pool2d_backward(const Tensor& dy, const Shape& input_shape, const std::vector<int64_t>& ksize,
+                           const std::vector<int64_t>& strides, const Padding& padding,
+                           const std::string& data_format) {
+  require_defined("avg_pool2d_backward", "dy", dy);
+  Attrs a = pool_attrs(ksize, strides, padding, data_format);
+  a.set("input_shape", input_shape.vec());
+  return call1(KILN_OP("avg_pool2d_backward"), {as_floating(dy)}, a);
+}
+
+}  // namespace kiln::ops

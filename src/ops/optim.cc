@@ -1,0 +1,149 @@
+// Fused optimizer update ops: sgd_update, adam_update, rmsprop_update (definitions,
+// inference, eager entry points). Optional slots (SGD/RMSprop momentum, the centered
+// average gradient) are present as inputs and outputs only when the attrs use them,
+// so the ops are variadic and inference checks the count.
+#include "kiln/ops/optim.h"
+
+#include <cmath>
+
+#include "op_util.h"
+
+namespace kiln::ops {
+namespace {
+using detail::dtype_str;
+using kiln::detail::str_cat;
+
+// param, grad and every slot: one floating dtype, one shape.
+void check_update_inputs(const char* op, std::span<const TensorMeta> in, size_t expected, const char* const* names) {
+  if (in.size() != expected)
+    throw InvalidArgumentError(str_cat(op, ": expected ", expected, " inputs for these attributes, got ", in.size()));
+  detail::require_floating(op, in[0]);
+  for (size_t i = 1; i < in.size(); ++i)
+    if (in[i].shape != in[0].shape || in[i].dtype != in[0].dtype)
+      throw InvalidArgumentError(str_cat(op, ": ", names[i], " is ", dtype_str(in[i].dtype), in[i].shape.str(),
+                                         " but param is ", dtype_str(in[0].dtype), in[0].shape.str()));
+}
+
+std::vector<TensorMeta> infer_sgd(std::span<const TensorMeta> in, const Attrs& a) {
+  static const char* const names[] = {"param", "grad", "momentum"};
+  const bool mom = a.get_float("momentum", 0) != 0;
+  check_update_inputs("sgd_update", in, mom ? 3 : 2, names);
+  return std::vector<TensorMeta>(in.size() - 1, in[0]);
+}
+
+std::vector<TensorMeta> infer_adam(std::span<const TensorMeta> in, const Attrs& a) {
+  static const char* const names[] = {"param", "grad", "m", "v"};
+  check_update_inputs("adam_update", in, 4, names);
+  if (a.get_int("step") < 1)
+    throw InvalidArgumentError(str_cat("adam_update: step must be >= 1 (1-based), got ", a.get_int("step")));
+  return {in[0], in[0], in[0]};
+}
+
+std::vector<TensorMeta> infer_rmsprop(std::span<const TensorMeta> in, const Attrs& a) {
+  const bool mom = a.get_float("momentum", 0) > 0, centered = a.get_bool("centered", false);
+  const char* names[5] = {"param", "grad", "velocity", nullptr, nullptr};
+  size_t n = 3;
+  if (mom) names[n++] = "momentum";
+  if (centered) names[n++] = "average_grad";
+  check_update_inputs("rmsprop_update", in, n, names);
+  return std::vector<TensorMeta>(in.size() - 1, in[0]);
+}
+
+const AttrSpec kLr{"lr", AttrType::kFloat, "learning rate"};
+const AttrSpec kWd{"weight_decay", AttrType::kFloat, "decoupled weight decay: param *= 1 - lr * weight_decay first"};
+
+KILN_REGISTER_OP(detail::make_def("sgd_update",
+                                  "SGD step (Keras): (param, grad[, momentum]) -> (param'[, momentum']); the momentum "
+                                  "slot is present iff momentum != 0",
+                                  -1, infer_sgd,
+                                  {kLr,
+                                   {"momentum", AttrType::kFloat, "momentum coefficient (0: plain SGD)"},
+                                   {"nesterov", AttrType::kBool, "Nesterov momentum"},
+                                   kWd},
+                                  Differentiable::kNo));
+KILN_REGISTER_OP(detail::make_def("adam_update", "Adam step (Keras): (param, grad, m, v) -> (param', m', v')", 4,
+                                  infer_adam,
+                                  {kLr,
+                                   {"beta_1", AttrType::kFloat, "first-moment decay"},
+                                   {"beta_2", AttrType::kFloat, "second-moment decay"},
+                                   {"epsilon", AttrType::kFloat, "added to sqrt(v)"},
+                                   {"step", AttrType::kInt, "1-based step for the bias correction"},
+                                   kWd},
+                                  Differentiable::kNo));
+KILN_REGISTER_OP(detail::make_def("rmsprop_update",
+                                  "RMSprop step (Keras): (param, grad, velocity[, momentum][, average_grad]) -> "
+                                  "(param', velocity'[, momentum'][, average_grad']); momentum slot iff momentum > 0, "
+                                  "average_grad iff centered",
+                                  -1, infer_rmsprop,
+                                  {kLr,
+                                   {"rho", AttrType::kFloat, "velocity decay"},
+                                   {"momentum", AttrType::kFloat, "momentum coefficient (0: none)"},
+                                   {"epsilon", AttrType::kFloat, "added to the variance estimate"},
+                                   {"centered", AttrType::kBool, "normalise by the centered variance"},
+                                   kWd},
+                                  Differentiable::kNo));
+
+void require(const char* op, const char* name, const Tensor& t) {
+  if (!t.defined()) throw InvalidArgumentError(str_cat(op, ": ", name, " is undefined"));
+}
+
+}  // namespace
+
+SgdUpdate sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, double lr, double momentum,
+                     bool nesterov, double weight_decay) {
+  require("sgd_update", "param", param);
+  require("sgd_update", "grad", grad);
+  const bool mom = momentum != 0;
+  if (mom) require("sgd_update", "momentum buffer (momentum != 0)", momentum_buf);
+  std::vector<Tensor> in{param, grad};
+  if (mom) in.push_back(momentum_buf);
+  std::vector<Tensor> out =
+      call_op(KILN_OP("sgd_update"), in,
+              {{"lr", lr}, {"momentum", momentum}, {"nesterov", nesterov}, {"weight_decay", weight_decay}});
+  return {out[0], mom ? out[1] : Tensor()};
+}
+
+AdamUpdate adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, double lr,
+                       double beta_1, double beta_2, double epsilon, int64_t step, double weight_decay) {
+  require("adam_update", "param", param);
+  require("adam_update", "grad", grad);
+  require("adam_update", "m", m);
+  require("adam_update", "v", v);
+  Tensor in[] = {param, grad, m, v};
+  std::vector<Tensor> out = call_op(KILN_OP("adam_update"), in,
+                                    {{"lr", lr},
+                                     {"beta_1", beta_1},
+                                     {"beta_2", beta_2},
+                                     {"epsilon", epsilon},
+                                     {"step", step},
+                                     {"weight_decay", weight_decay}});
+  return {out[0], out[1], out[2]};
+}
+
+RmspropUpdate rmsprop_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
+                             const Tensor& momentum_buf, const Tensor& average_grad, double lr, double rho,
+                             double momentum, double epsilon, bool centered, double weight_decay) {
+  require("rmsprop_update", "param", param);
+  require("rmsprop_update", "grad", grad);
+  require("rmsprop_update", "velocity", velocity);
+  const bool mom = momentum > 0;
+  if (mom) require("rmsprop_update", "momentum buffer (momentum > 0)", momentum_buf);
+  if (centered) require("rmsprop_update", "average_grad (centered)", average_grad);
+  std::vector<Tensor> in{param, grad, velocity};
+  if (mom) in.push_back(momentum_buf);
+  if (centered) in.push_back(average_grad);
+  std::vector<Tensor> out = call_op(KILN_OP("rmsprop_update"), in,
+                                    {{"lr", lr},
+                                     {"rho", rho},
+                                     {"momentum", momentum},
+                                     {"epsilon", epsilon},
+                                     {"centered", centered},
+                                     {"weight_decay", weight_decay}});
+  RmspropUpdate r{out[0], out[1], {}, {}};
+  size_t k = 2;
+  if (mom) r.momentum = out[k++];
+  if (centered) r.average_grad = out[k++];
+  return r;
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,143 @@
+#include "train_cmd.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "kiln/core/file_io.h"
+#include "kiln/core/parallel.h"
+#include "kiln/core/random.h"
+#include "kiln/data/idx.h"
+#include "kiln/ops.h"
+#include "kiln/train/layers.h"
+#include "kiln/train/model.h"
+
+namespace kiln::tools {
+
+using namespace kiln::train;
+
+CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
+  auto* c = app.add_subcommand("train", "Train a built-in model on Fashion-MNIST");
+  c->add_option("--model", a.model, "mlp (784-256-128-10, ReLU) or cnn (conv32-pool-conv64-pool-dense128-dense10)")
+      ->check(CLI::IsMember({"mlp", "cnn"}));
+  c->add_option("--epochs", a.epochs, "Number of epochs")->check(CLI::Range(1, 100000));
+  c->add_option("--batch-size", a.batch_size, "Batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  c->add_option("--learning-rate", a.learning_rate, "Adam learning rate")->check(CLI::PositiveNumber);
+  c->add_option("--seed", a.seed, "Seed for weights and shuffling (same seed, same run)");
+  c->add_option("--logdir", a.logdir, "Write TensorBoard event files here");
+  c->add_option("--checkpoint-dir", a.checkpoint_dir,
+                "Keep per-epoch checkpoints and crash-recovery backups here; rerunning the same command resumes");
+  c->add_option("--metrics-json", a.metrics_json, "Write final train/test loss, accuracy and mean epoch time here");
+  c->add_option("--data-dir", a.data_dir, "Fashion-MNIST IDX directory (default: Debian's dataset-fashion-mnist)");
+  c->add_option("--max-samples", a.max_samples, "Use only the first N training and test samples (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--backup-freq", a.backup_freq, "Batches between crash-recovery backups (with --checkpoint-dir)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--verbose", a.verbose, "0 silent, 1 progress bar, 2 one line per epoch (default: 1 on a TTY, else 2)")
+      ->check(CLI::Range(-1, 2));
+  return c;
+}
+
+namespace {
+
+ModelPtr build_model(const std::string& kind) {
+  namespace L = layers;
+  if (kind == "mlp")
+    return std::make_shared<Sequential>(std::vector<LayerPtr>{L::Dense(256, "relu"), L::Dense(128, "relu"), L::Dense(10)},
+                                        Shape{784}, "mlp");
+  layers::Conv2DOptions same;
+  same.padding = "same";
+  same.activation = "relu";
+  return std::make_shared<Sequential>(
+      std::vector<LayerPtr>{L::Conv2D(32, {3, 3}, same), L::MaxPool2D(), L::Conv2D(64, {3, 3}, same), L::MaxPool2D(),
+                            L::Flatten(), L::Dense(128, "relu"), L::Dense(10)},
+      Shape{28, 28, 1}, "cnn");
+}
+
+// u8 images [N, 28, 28] -> f32 in [0, 1], flattened for the MLP or NHWC for the CNN.
+Tensor prepare_images(const Tensor& u8, const std::string& kind, int64_t limit) {
+  int64_t n = limit > 0 ? std::min(limit, u8.dim(0)) : u8.dim(0);
+  Tensor x = n == u8.dim(0) ? u8 : ops::slice(u8, {0, 0, 0}, {n, 28, 28});
+  x = ops::cast(x, DType::kF32) * (1.0 / 255.0);
+  return kind == "mlp" ? ops::reshape(x, {n, 784}) : ops::reshape(x, {n, 28, 28, 1});
+}
+
+Tensor prepare_labels(const Tensor& u8, int64_t limit) {
+  int64_t n = limit > 0 ? std::min(limit, u8.dim(0)) : u8.dim(0);
+  Tensor y = n == u8.dim(0) ? u8 : ops::slice(u8, {0}, {n});
+  return ops::cast(y, DType::kI32);
+}
+
+// Saves "<dir>/ckpt-<epoch>.ckpt" after every epoch (keeps the newest 3).
+class EpochCheckpoint : public Callback {
+ public:
+  explicit EpochCheckpoint(const std::string& dir) : mgr_(dir, 3, "ckpt") {}
+  void on_epoch_end(int epoch, Logs&) override { mgr_.save(model()->state(), epoch + 1); }
+
+ private:
+  CheckpointManager mgr_;
+};
+
+}  // namespace
+
+int run_train(const TrainArgs& a) {
+  set_seed(a.seed);
+  data::FashionMnist ds = data::load_fashion_mnist(a.data_dir);
+  Tensor x = prepare_images(ds.train_images, a.model, a.max_samples);
+  Tensor y = prepare_labels(ds.train_labels, a.max_samples);
+  Tensor tx = prepare_images(ds.test_images, a.model, a.max_samples);
+  Tensor ty = prepare_labels(ds.test_labels, a.max_samples);
+  const int verbose = a.verbose >= 0 ? a.verbose : (isatty(STDOUT_FILENO) ? 1 : 2);
+
+  ModelPtr model = build_model(a.model);
+  if (verbose > 0) model->summary(std::cout);
+  model->compile({optimizers::Adam({a.learning_rate}), {losses::SparseCategoricalCrossentropy(/*from_logits=*/true)},
+                  {"accuracy"}});
+
+  FitOptions fo;
+  fo.epochs = a.epochs;
+  fo.batch_size = a.batch_size;
+  fo.shuffle_seed = a.seed;
+  fo.verbose = verbose;
+  if (!a.checkpoint_dir.empty()) {
+    std::filesystem::create_directories(a.checkpoint_dir);
+    fo.callbacks.push_back(
+        callbacks::BackupAndRestore((std::filesystem::path(a.checkpoint_dir) / "backup").string(), a.backup_freq));
+    fo.callbacks.push_back(std::make_shared<EpochCheckpoint>(a.checkpoint_dir));
+  }
+  if (!a.logdir.empty()) fo.callbacks.push_back(callbacks::TensorBoard(a.logdir));
+  if (verbose > 0)
+    std::cout << "Training " << a.model << " on " << x.dim(0) << " samples, testing on " << tx.dim(0) << " ("
+              << num_threads() << " threads)\n";
+  History h = model->fit(x, y, fo);
+
+  Logs test = model->evaluate(tx, ty, {256});
+  std::printf("test loss: %.4f - test accuracy: %.4f\n", test["loss"], test["accuracy"]);
+  if (!a.metrics_json.empty()) {
+    nlohmann::json j;
+    j["model"] = a.model;
+    j["epochs"] = a.epochs;
+    j["batch_size"] = a.batch_size;
+    j["threads"] = num_threads();
+    j["train_samples"] = x.dim(0);
+    auto last = [&](const char* k) { return h.history.count(k) && !h.at(k).empty() ? h.at(k).back() : 0.0; };
+    j["train_loss"] = last("loss");
+    j["train_accuracy"] = last("accuracy");
+    j["test_loss"] = test["loss"];
+    j["test_accuracy"] = test["accuracy"];
+    double total = 0;
+    const auto& times = h.history.count("epoch_time") ? h.at("epoch_time") : std::vector<double>{};
+    for (double t : times) total += t;
+    j["mean_epoch_seconds"] = times.empty() ? 0 : total / static_cast<double>(times.size());
+    j["epochs_run"] = times.size();
+    std::string s = j.dump(2) + "\n";
+    write_file_atomic(a.metrics_json, s);
+  }
+  return 0;
+}
+
+}  // namespace kiln::tools

@@ -1,0 +1,29 @@
+#pragma once
+// `kiln train`: trains the built-in Fashion-MNIST models.
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace kiln::tools {
+
+struct TrainArgs {
+  std::string model = "mlp";
+  int epochs = 5;
+  int64_t batch_size = 128;
+  double learning_rate = 1e-3;
+  uint64_t seed = 42;
+  std::string logdir;
+  std::string checkpoint_dir;
+  std::string metrics_json;
+  std::string data_dir;
+  int64_t max_samples = 0;
+  int64_t backup_freq = 100;
+  int verbose = -1;
+};
+
+// Adds the subcommand and its options (bound to `args`) to `app`.
+CLI::App* add_train_command(CLI::App& app, TrainArgs& args);
+int run_train(const TrainArgs& args);
+
+}  // namespace kiln::tools

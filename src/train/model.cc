@@ -1,0 +1,473 @@
+#include "kiln/train/model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "kiln/autodiff/tape.h"
+#include "kiln/ops.h"
+#include "train_util.h"
+
+namespace kiln::train {
+
+const std::vector<double>& History::at(const std::string& key) const {
+  auto it = history.find(key);
+  if (it == history.end()) throw NotFoundError("History has no key '" + key + "'");
+  return it->second;
+}
+
+Model::Model(std::string name) : Layer(std::move(name)) {}
+
+std::shared_ptr<Model> Model::functional(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs,
+                                         std::string name) {
+  std::shared_ptr<Model> m(new Model(std::move(name)));
+  m->init_graph(std::move(inputs), std::move(outputs));
+  return m;
+}
+
+void Model::init_graph(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs) {
+  if (inputs.empty() || outputs.empty())
+    throw InvalidArgumentError("Model '" + name() + "': a functional model needs at least one input and one output");
+  std::set<const SymbolicTensor::Node*> input_nodes;
+  for (auto& in : inputs) {
+    if (!in.defined() || in.node()->layer)
+      throw InvalidArgumentError("Model '" + name() + "': inputs must be made with kiln::train::Input()");
+    input_nodes.insert(in.node().get());
+  }
+  // Post-order DFS from the outputs gives a topological order.
+  std::set<const SymbolicTensor::Node*> seen;
+  std::function<void(const std::shared_ptr<SymbolicTensor::Node>&)> visit =
+      [&](const std::shared_ptr<SymbolicTensor::Node>& n) {
+        if (!seen.insert(n.get()).second) return;
+        if (!n->layer) {
+          if (!input_nodes.count(n.get()))
+            throw InvalidArgumentError("Model '" + name() + "': output depends on an Input ('" + n->input_name +
+                                       "') that is not among the model's inputs");
+          return;
+        }
+        for (auto& in : n->inputs) visit(in.node());
+        order_.push_back(n);
+      };
+  for (auto& out : outputs) {
+    if (!out.defined()) throw InvalidArgumentError("Model '" + name() + "': an output is undefined");
+    visit(out.node());
+  }
+  inputs_ = std::move(inputs);
+  outputs_ = std::move(outputs);
+  std::set<const Layer*> tracked;
+  for (auto& n : order_)
+    if (tracked.insert(n->layer.get()).second) track(n->layer);
+  uniquify_names();
+  built_ = true;
+}
+
+void Model::uniquify_names() {
+  std::set<std::string> used;
+  for (auto& l : sublayers())
+    if (!l->has_auto_name()) used.insert(l->name());
+  std::map<std::string, int> next;
+  for (auto& l : sublayers()) {
+    if (!l->has_auto_name()) continue;
+    const std::string base = snake_case(l->type());
+    std::string n;
+    do {
+      int c = next[base]++;
+      n = c == 0 ? base : base + "_" + std::to_string(c);
+    } while (used.count(n));
+    l->set_name(n);
+    used.insert(n);
+  }
+}
+
+std::vector<LayerPtr> Model::layers() const { return sublayers(); }
+
+std::vector<Tensor> Model::call(const std::vector<Tensor>& inputs, bool training) {
+  if (!is_functional()) throw UnimplementedError("Model '" + name() + "': subclasses must override call()");
+  std::unordered_map<const SymbolicTensor::Node*, std::vector<Tensor>> values;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    const Shape& want = inputs_[i].shape();
+    const Tensor& x = inputs[i];
+    bool ok = x.rank() == want.rank();
+    for (int d = 1; ok && d < want.rank(); ++d) ok = want.dim(d) < 0 || want.dim(d) == x.dim(d);
+    if (!ok)
+      throw InvalidArgumentError("Model '" + name() + "': input " + std::to_string(i) + " should be " +
+                                 shape_str(want) + ", got " + x.desc());
+    values[inputs_[i].node().get()] = {x};
+  }
+  for (auto& n : order_) {
+    std::vector<Tensor> ins;
+    ins.reserve(n->inputs.size());
+    for (auto& s : n->inputs) ins.push_back(values.at(s.node().get()).at(s.index()));
+    values[n.get()] = (*n->layer)(ins, training);
+  }
+  std::vector<Tensor> outs;
+  for (auto& o : outputs_) outs.push_back(values.at(o.node().get()).at(o.index()));
+  return outs;
+}
+
+// ---- compile / train_step ------------------------------------------------------
+
+void Model::compile(CompileOptions opts) {
+  if (!opts.optimizer) throw InvalidArgumentError("Model::compile: no optimizer given");
+  if (opts.loss.empty()) throw InvalidArgumentError("Model::compile: no loss given");
+  for (auto& l : opts.loss)
+    if (!l) throw InvalidArgumentError("Model::compile: a loss is null");
+  metrics_.clear();
+  const std::string loss_name = opts.loss[0]->name();
+  for (const std::string& m : opts.metrics) metrics_.push_back(resolve_metric(m, loss_name));
+  for (auto& m : opts.metric_objects) metrics_.push_back(m);
+  opts_ = std::move(opts);
+  compiled_ = true;
+}
+
+namespace {
+void require_compiled(const Model& m, bool compiled, const char* what) {
+  if (!compiled) throw FailedPreconditionError(std::string("Model '") + m.name() + "': call compile() before " + what);
+}
+}  // namespace
+
+Tensor Model::total_loss(const std::vector<Tensor>& y, const std::vector<Tensor>& preds) {
+  if (y.size() != preds.size())
+    throw InvalidArgumentError("Model '" + name() + "' has " + std::to_string(preds.size()) + " outputs but " +
+                               std::to_string(y.size()) + " targets were given");
+  Tensor total;
+  for (size_t i = 0; i < preds.size(); ++i) {
+    const LossPtr& loss = opts_.loss.size() == 1 ? opts_.loss[0] : opts_.loss.at(i);
+    Tensor li = (*loss)(y[i], preds[i]);
+    if (i < opts_.loss_weights.size() && opts_.loss_weights[i] != 1) li = li * opts_.loss_weights[i];
+    total = total.defined() ? total + li : li;
+  }
+  return total;
+}
+
+Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
+  require_compiled(*this, compiled_, "training");
+  std::vector<Tensor> preds;
+  Tensor loss;
+  std::vector<Variable> vars;
+  std::vector<Tensor> grads;
+  {
+    GradientTape tape;
+    preds = (*this)(x, /*training=*/true);
+    loss = total_loss(y, preds);
+    Tensor objective = loss;
+    for (const Tensor& r : regularization_losses()) objective = objective + r;
+    vars = trainable_weights();
+    grads = tape.gradient(objective, vars);
+  }
+  opts_.optimizer->apply_gradients(grads, vars);
+  Logs logs;
+  logs["loss"] = loss.item<double>();
+  for (auto& m : metrics_) m->update(y.at(0), preds.at(0));
+  return logs;
+}
+
+// ---- fit / evaluate / predict ---------------------------------------------------
+
+History Model::fit(const std::vector<Tensor>& x_in, const std::vector<Tensor>& y_in, FitOptions opts) {
+  require_compiled(*this, compiled_, "fit()");
+  if (opts.epochs < 0 || opts.batch_size <= 0)
+    throw InvalidArgumentError("fit: epochs must be >= 0 and batch_size > 0, got epochs=" +
+                               std::to_string(opts.epochs) + " batch_size=" + std::to_string(opts.batch_size));
+  if (opts.validation_split < 0 || opts.validation_split >= 1)
+    throw InvalidArgumentError("fit: validation_split must be in [0, 1), got " + std::to_string(opts.validation_split));
+  const int64_t n_all = check_batch_dims(x_in, y_in, "fit");
+  std::vector<Tensor> x = x_in, y = y_in, vx = opts.validation_x, vy = opts.validation_y;
+  if (!vx.empty() || !vy.empty()) check_batch_dims(vx, vy, "fit (validation data)");
+  int64_t n = n_all;
+  if (opts.validation_split > 0 && vx.empty()) {
+    int64_t n_val = static_cast<int64_t>(static_cast<double>(n_all) * opts.validation_split);
+    n = n_all - n_val;
+    if (n <= 0 || n_val <= 0)
+      throw InvalidArgumentError("fit: validation_split " + std::to_string(opts.validation_split) + " of " +
+                                 std::to_string(n_all) + " samples leaves an empty training or validation set");
+    vx = take_rows(x_in, n, n_all);
+    vy = take_rows(y_in, n, n_all);
+    x = take_rows(x_in, 0, n);
+    y = take_rows(y_in, 0, n);
+  }
+  if (n == 0) throw InvalidArgumentError("fit: no training samples");
+
+  const int64_t batches_per_epoch = (n + opts.batch_size - 1) / opts.batch_size;
+  const int64_t steps = opts.steps_per_epoch > 0 ? std::min(opts.steps_per_epoch, batches_per_epoch) : batches_per_epoch;
+
+  auto history = std::make_shared<HistoryRecorder>();
+  std::vector<CallbackPtr> cbs;
+  cbs.push_back(history);
+  if (opts.verbose > 0) cbs.push_back(make_progbar(opts.verbose, steps, opts.epochs));
+  for (auto& c : opts.callbacks) cbs.push_back(c);
+  for (auto& c : cbs) c->set_model(this);
+
+  stop_training = false;
+  epoch_counter = opts.initial_epoch;
+  step_in_epoch = 0;
+  Logs logs;
+  for (auto& c : cbs) c->on_train_begin(logs);  // BackupAndRestore may move the counters forward
+
+  for (int epoch = static_cast<int>(epoch_counter); epoch < opts.epochs && !stop_training; ++epoch) {
+    for (auto& m : metrics_) m->reset();
+    metrics::Mean loss_mean("loss");
+    Logs epoch_logs;
+    for (auto& c : cbs) c->on_epoch_begin(epoch, epoch_logs);
+    std::vector<int64_t> perm = opts.shuffle ? shuffled_indices(n, opts.shuffle_seed + static_cast<uint64_t>(epoch))
+                                             : std::vector<int64_t>();
+    const int64_t first = step_in_epoch;  // > 0 when resuming mid-epoch
+    auto t0 = std::chrono::steady_clock::now();
+    int64_t samples = 0;
+    for (int64_t b = first; b < steps && !stop_training; ++b) {
+      Logs batch_logs;
+      for (auto& c : cbs) c->on_train_batch_begin(b, batch_logs);
+      int64_t lo = b * opts.batch_size, hi = std::min(n, lo + opts.batch_size);
+      std::vector<Tensor> bx = opts.shuffle ? gather_rows(x, perm, lo, hi) : take_rows(x, lo, hi);
+      std::vector<Tensor> by = opts.shuffle ? gather_rows(y, perm, lo, hi) : take_rows(y, lo, hi);
+      Logs step_logs = train_step(bx, by);
+      loss_mean.add(step_logs["loss"], static_cast<double>(hi - lo));
+      samples += hi - lo;
+      batch_logs["loss"] = loss_mean.result();
+      for (auto& m : metrics_) batch_logs[m->name()] = m->result();
+      step_in_epoch = b + 1;
+      for (auto& c : cbs) c->on_train_batch_end(b, batch_logs);
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    epoch_logs["loss"] = loss_mean.result();
+    for (auto& m : metrics_) epoch_logs[m->name()] = m->result();
+    epoch_logs["learning_rate"] = opts_.optimizer->learning_rate();
+    epoch_logs["samples_per_sec"] = secs > 0 ? static_cast<double>(samples) / secs : 0;
+    epoch_logs["epoch_time"] = secs;
+    if (!vx.empty()) {
+      Logs val = evaluate(vx, vy, EvaluateOptions{opts.batch_size, 0, {}});
+      for (auto& [k, v] : val) epoch_logs["val_" + k] = v;
+    }
+    epoch_counter = epoch + 1;
+    step_in_epoch = 0;
+    for (auto& c : cbs) c->on_epoch_end(epoch, epoch_logs);
+  }
+  for (auto& c : cbs) c->on_train_end(logs);
+  return history->history;
+}
+
+Logs Model::evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y, EvaluateOptions opts) {
+  require_compiled(*this, compiled_, "evaluate()");
+  if (opts.batch_size <= 0) throw InvalidArgumentError("evaluate: batch_size must be > 0");
+  const int64_t n = check_batch_dims(x, y, "evaluate");
+  Logs logs;
+  for (auto& c : opts.callbacks) c->set_model(this);
+  for (auto& c : opts.callbacks) c->on_test_begin(logs);
+  // Fresh metric objects so evaluation inside fit does not disturb the training ones.
+  std::vector<MetricPtr> ms;
+  for (auto& m : opts_.metrics) ms.push_back(resolve_metric(m, opts_.loss[0]->name()));
+  metrics::Mean loss_mean("loss");
+  for (int64_t lo = 0; lo < n; lo += opts.batch_size) {
+    int64_t hi = std::min(n, lo + opts.batch_size);
+    std::vector<Tensor> bx = take_rows(x, lo, hi), by = take_rows(y, lo, hi);
+    std::vector<Tensor> preds = (*this)(bx, /*training=*/false);
+    loss_mean.add(total_loss(by, preds).item<double>(), static_cast<double>(hi - lo));
+    for (auto& m : ms) m->update(by.at(0), preds.at(0));
+  }
+  logs["loss"] = loss_mean.result();
+  for (auto& m : ms) logs[m->name()] = m->result();
+  for (auto& c : opts.callbacks) c->on_test_end(logs);
+  return logs;
+}
+
+std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, int64_t batch_size) {
+  if (batch_size <= 0) throw InvalidArgumentError("predict: batch_size must be > 0");
+  if (x.empty()) throw InvalidArgumentError("predict: no inputs given");
+  const int64_t n = check_batch_dims(x, {}, "predict");
+  std::vector<std::vector<Tensor>> parts;
+  for (int64_t lo = 0; lo < n; lo += batch_size) {
+    std::vector<Tensor> outs = (*this)(take_rows(x, lo, std::min(n, lo + batch_size)), /*training=*/false);
+    if (parts.empty()) parts.resize(outs.size());
+    for (size_t i = 0; i < outs.size(); ++i) parts[i].push_back(outs[i]);
+  }
+  std::vector<Tensor> result;
+  for (auto& p : parts) result.push_back(p.size() == 1 ? p[0] : ops::concat(p, 0));
+  return result;
+}
+
+// ---- state ----------------------------------------------------------------------
+
+std::vector<std::pair<std::string, Variable>> Model::named_weights() const {
+  std::vector<std::pair<std::string, Variable>> out;
+  std::set<uintptr_t> seen;
+  std::function<void(const Layer&, const std::string&)> walk = [&](const Layer& l, const std::string& prefix) {
+    for (const LayerPtr& sub : l.sublayers()) {
+      std::string p = prefix.empty() ? sub->name() : prefix + "/" + sub->name();
+      // A layer's own weights are named "<build-time layer name>/<weight>": keep the
+      // weight part and put it under the model-unique path.
+      for (const Variable& v : sub->weights()) {
+        if (!seen.insert(v.uid()).second) continue;
+        const std::string& vn = v.name();
+        size_t slash = vn.find('/');
+        out.emplace_back(p + "/" + (slash == std::string::npos ? vn : vn.substr(slash + 1)), v);
+      }
+    }
+  };
+  walk(*this, "");
+  return out;
+}
+
+CheckpointData Model::state() const {
+  CheckpointData d;
+  auto named = named_weights();
+  std::set<std::string> keys;
+  for (auto& [k, v] : named) {
+    if (!keys.insert(k).second) throw InternalError("Model '" + name() + "': two weights map to '" + k + "'");
+    d.tensors.emplace_back("model/" + k, v.peek());
+  }
+  if (opts_.optimizer) {
+    d.tensors.emplace_back("optimizer/iterations", opts_.optimizer->iterations_variable().peek());
+    for (auto& [k, v] : named) {
+      auto slots = opts_.optimizer->slots(v);
+      for (const Variable& s : slots) {
+        const std::string& sn = s.name();
+        d.tensors.emplace_back("optimizer/" + k + "/" + sn.substr(sn.rfind('/') + 1), s.peek());
+      }
+    }
+  }
+  d.metadata["epoch"] = std::to_string(epoch_counter);
+  d.metadata["step_in_epoch"] = std::to_string(step_in_epoch);
+  return d;
+}
+
+void Model::load_state(const CheckpointData& data) {
+  auto named = named_weights();
+  // Validate every tensor before assigning any.
+  std::vector<std::pair<Variable, Tensor>> plan;
+  auto want = [&](const std::string& key, const Variable& v) {
+    const Tensor* t = data.find(key);
+    if (!t) throw NotFoundError("checkpoint has no tensor '" + key + "' (model '" + name() + "')");
+    if (t->shape() != v.shape() || t->dtype() != v.dtype())
+      throw InvalidArgumentError("checkpoint tensor '" + key + "' is " + t->desc() + " but the model expects " +
+                                 v.peek().desc());
+    plan.emplace_back(v, *t);
+  };
+  for (auto& [k, v] : named) want("model/" + k, v);
+  if (opts_.optimizer && data.find("optimizer/iterations")) {
+    std::vector<Variable> trainable;
+    for (auto& [k, v] : named)
+      if (v.trainable()) trainable.push_back(v);
+    opts_.optimizer->build(trainable);
+    want("optimizer/iterations", opts_.optimizer->iterations_variable());
+    for (auto& [k, v] : named)
+      for (const Variable& s : opts_.optimizer->slots(v)) {
+        const std::string& sn = s.name();
+        want("optimizer/" + k + "/" + sn.substr(sn.rfind('/') + 1), s);
+      }
+  }
+  for (auto& [v, t] : plan) v.assign(t.clone());
+  auto meta = [&](const char* key) -> int64_t {
+    auto it = data.metadata.find(key);
+    return it == data.metadata.end() ? 0 : std::stoll(it->second);
+  };
+  epoch_counter = meta("epoch");
+  step_in_epoch = meta("step_in_epoch");
+}
+
+// ---- summary --------------------------------------------------------------------
+
+std::string Model::summary() const {
+  std::ostringstream os;
+  summary(os);
+  return os.str();
+}
+
+void Model::summary(std::ostream& os) const {
+  const int w1 = 34, w2 = 26, w3 = 12;
+  const bool connected = is_functional();
+  const int width = w1 + w2 + w3 + (connected ? 30 : 0);
+  auto rule = [&](char c) { os << std::string(width, c) << "\n"; };
+  os << "Model: \"" << name() << "\"\n";
+  rule('_');
+  os << std::left << std::setw(w1) << " Layer (type)" << std::setw(w2) << "Output Shape" << std::setw(w3) << "Param #";
+  if (connected) os << "Connected to";
+  os << "\n";
+  rule('=');
+  auto row = [&](const std::string& layer, const std::string& shape, int64_t params, const std::string& conn) {
+    os << std::left << std::setw(w1) << (" " + layer) << std::setw(w2) << shape << std::setw(w3) << params;
+    if (connected) os << conn;
+    os << "\n";
+  };
+  std::map<const SymbolicTensor::Node*, std::string> node_names;
+  if (connected) {
+    for (auto& in : inputs_) {
+      std::string nm = in.node()->input_name.empty() ? "input" : in.node()->input_name;
+      node_names[in.node().get()] = nm;
+      row(nm + " (InputLayer)", shape_str(in.shape()), 0, "");
+    }
+    for (auto& n : order_) {
+      node_names[n.get()] = n->layer->name();
+      std::string conn;
+      for (auto& s : n->inputs) conn += (conn.empty() ? "" : ", ") + node_names[s.node().get()];
+      row(n->layer->name() + " (" + n->layer->type() + ")", shape_str(n->shapes.at(0)), n->layer->count_params(), conn);
+    }
+  } else {
+    const std::vector<LayerPtr> ls = layers();
+    for (size_t i = 0; i < ls.size(); ++i) {
+      const LayerPtr& l = ls[i];
+      row(l->name() + " (" + l->type() + ")", i < output_shapes_.size() ? shape_str(output_shapes_[i]) : "?",
+          l->count_params(), "");
+    }
+  }
+  rule('=');
+  int64_t total = 0, trainable = 0;
+  for (auto& [k, v] : named_weights()) {
+    total += v.numel();
+    if (v.trainable()) trainable += v.numel();
+  }
+  os << "Total params: " << with_commas(total) << "\n";
+  os << "Trainable params: " << with_commas(trainable) << "\n";
+  os << "Non-trainable params: " << with_commas(total - trainable) << "\n";
+  rule('_');
+}
+
+// ---- Sequential -----------------------------------------------------------------
+
+Sequential::Sequential(std::vector<LayerPtr> layers, std::optional<Shape> input_shape, std::string name)
+    : Model(std::move(name)), input_shape_(std::move(input_shape)) {
+  for (auto& l : layers) add(std::move(l));
+  if (input_shape_) {
+    std::vector<int64_t> dims{1};
+    for (int64_t d : input_shape_->vec()) dims.push_back(d);
+    ensure_built({Shape(dims)});
+  }
+}
+
+void Sequential::add(LayerPtr layer) {
+  if (!layer) throw InvalidArgumentError("Sequential::add: the layer is null");
+  if (built_) throw FailedPreconditionError("Sequential '" + name() + "': cannot add layers after it was built");
+  stack_.push_back(layer);
+  track(std::move(layer));
+  uniquify_names();
+}
+
+void Sequential::build(const std::vector<Shape>& input_shapes) {
+  if (stack_.empty()) throw FailedPreconditionError("Sequential '" + name() + "' has no layers");
+  // Build every layer by running a batch of one sample through the stack.
+  std::vector<int64_t> dims = input_shapes.at(0).vec();
+  if (!dims.empty()) dims[0] = 1;
+  Tensor x = ops::zeros(Shape(dims));
+  output_shapes_.clear();
+  for (auto& l : stack_) {
+    x = (*l)(x, false);
+    Shape s = x.shape();
+    if (s.rank() > 0) {
+      s.erase(0);
+      s.insert(0, -1);  // batch dimension unknown
+    }
+    output_shapes_.push_back(s);
+  }
+}
+
+std::vector<Tensor> Sequential::call(const std::vector<Tensor>& inputs, bool training) {
+  Tensor x = inputs.at(0);
+  for (auto& l : stack_) x = (*l)(x, training);
+  return {x};
+}
+
+}  // namespace kiln::train

@@ -1,0 +1,133 @@
+#include "kiln/train/tensorboard.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kiln/data/tfrecord.h"
+#include "tensorboard/event.pb.h"
+#include "test_util.h"
+
+namespace kiln::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "kiln_tensorboard_test.XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::vector<tensorflow::Event> read_events(const std::string& path) {
+  std::vector<tensorflow::Event> out;
+  for (const std::string& rec : data::read_tfrecords(path)) {
+    tensorflow::Event e;
+    EXPECT_TRUE(e.ParseFromString(rec)) << "record " << out.size() << " of " << path << " is not an Event";
+    out.push_back(e);
+  }
+  return out;
+}
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+TEST(SummaryWriter, WritesVersionThenScalars) {
+  TempDir dir;
+  std::string logdir = dir.path() + "/run/a";  // parents are created
+  double t0 = now();
+  std::string path;
+  {
+    SummaryWriter w(logdir);
+    path = w.path();
+    w.scalar("loss", 2.5, 0);
+    w.scalar("loss", 0.0, 1);  // zero must still be stored (oneof presence)
+    w.scalar("accuracy", 0.75, 1);
+    w.scalar("loss", -1.25, 1000000000000);
+  }
+  double t1 = now();
+  // events.out.tfevents.<secs>.<host>.<pid>.kiln
+  std::string name = fs::path(path).filename().string();
+  EXPECT_EQ(fs::path(path).parent_path(), fs::path(logdir));
+  EXPECT_EQ(name.rfind("events.out.tfevents.", 0), 0u) << name;
+  EXPECT_NE(name.find("." + std::to_string(::getpid()) + ".kiln"), std::string::npos) << name;
+  EXPECT_EQ(name.substr(name.size() - 5), ".kiln");
+  int64_t secs = std::stoll(name.substr(20));
+  EXPECT_GE(secs, static_cast<int64_t>(t0) - 1);
+  EXPECT_LE(secs, static_cast<int64_t>(t1));
+
+  std::vector<tensorflow::Event> ev = read_events(path);
+  ASSERT_EQ(ev.size(), 5u);
+  EXPECT_EQ(ev[0].file_version(), "brain.Event:2");
+  EXPECT_FALSE(ev[0].has_summary());
+  struct Want {
+    const char* tag;
+    float value;
+    int64_t step;
+  };
+  std::vector<Want> want = {{"loss", 2.5f, 0}, {"loss", 0.0f, 1}, {"accuracy", 0.75f, 1}, {"loss", -1.25f, 1000000000000}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    const tensorflow::Event& e = ev[i + 1];
+    ASSERT_TRUE(e.has_summary()) << i;
+    ASSERT_EQ(e.summary().value_size(), 1);
+    const auto& v = e.summary().value(0);
+    EXPECT_EQ(v.tag(), want[i].tag);
+    EXPECT_EQ(v.value_case(), tensorflow::Summary::Value::kSimpleValue) << i;
+    EXPECT_EQ(v.simple_value(), want[i].value);
+    EXPECT_EQ(e.step(), want[i].step);
+    EXPECT_GE(e.wall_time(), t0 - 1);
+    EXPECT_LE(e.wall_time(), t1 + 1);
+  }
+}
+
+TEST(SummaryWriter, FlushMakesEventsReadableWhileOpen) {
+  TempDir dir;
+  SummaryWriter w(dir.path());
+  // The version record is on disk as soon as the writer exists.
+  ASSERT_EQ(read_events(w.path()).size(), 1u);
+  w.scalar("x", 1.0, 7);
+  w.flush();
+  std::vector<tensorflow::Event> ev = read_events(w.path());
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[1].step(), 7);
+  EXPECT_EQ(ev[1].summary().value(0).simple_value(), 1.0f);
+}
+
+TEST(SummaryWriter, TwoWritersInOneDirectoryGetDistinctFiles) {
+  TempDir dir;
+  SummaryWriter a(dir.path()), b(dir.path());
+  EXPECT_NE(a.path(), b.path());
+  a.scalar("a", 1, 1);
+  b.scalar("b", 2, 1);
+  a.flush();
+  b.flush();
+  EXPECT_EQ(read_events(a.path())[1].summary().value(0).tag(), "a");
+  EXPECT_EQ(read_events(b.path())[1].summary().value(0).tag(), "b");
+}
+
+TEST(SummaryWriter, UncreatableLogdirThrows) {
+  TempDir dir;
+  std::string file = dir.path() + "/plain_file";
+  data::write_tfrecords(file, {});
+  EXPECT_KILN_ERROR(SummaryWriter(file + "/sub"), kFailedPrecondition, file);
+  EXPECT_KILN_ERROR(SummaryWriter(file), kFailedPrecondition, "log directory");
+}
+
+}  // namespace
+}  // namespace kiln::train
