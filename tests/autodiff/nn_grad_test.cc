@@ -268,6 +268,17 @@ TEST(NnGrad, VjpsComputeOnlyWhatIsNeeded) {
   Tensor v = rand_tensor({2, 5, 2}, f, -1, 1, 10), m = rand_tensor({3, 5}, f, -1, 1, 11);
   expect_needs_respected("scaled_dot_product_attention", {q, k, v, m}, {{"causal", true}});
   expect_needs_respected("embedding", {rand_tensor({6, 3}, f, -1, 1, 12), make<int64_t>({1, 5, 1}, {3})}, {});
+
+  // 16-bit inputs with f32 parameters (allowed by the ops): gradients still come
+  // back in each input's own dtype.
+  Tensor h16 = h.to(DType::kF16), hb = h.to(DType::kBF16);
+  expect_needs_respected("batch_norm_training", {h16, pos, c4}, {{"eps", 1e-5}, {"axis", int64_t{-1}}});
+  expect_needs_respected("batch_norm_inference", {hb, c4, pos, pos, c4}, {{"eps", 1e-5}, {"axis", int64_t{-1}}});
+  expect_needs_respected("layer_norm", {hb, pos, c4}, {{"eps", 1e-5}, {"begin_axis", int64_t{-1}}});
+  expect_needs_respected("rms_norm", {h16, pos}, {{"eps", 1e-5}});
+  expect_needs_respected("scaled_dot_product_attention",
+                         {q.to(DType::kF16), k.to(DType::kF16), v.to(DType::kF16), m}, {{"causal", false}});
+  expect_needs_respected("conv2d", {x.to(DType::kBF16), w.to(DType::kBF16), c4.to(DType::kBF16)}, conv);
 }
 
 TEST(NnGrad, ConvGradientsKeepF32AndShape) {

@@ -99,6 +99,9 @@ const std::vector<PoolCase> kCases = {
     {"nchw_valid_2x2_s2", {2, 3, 6, 6}, {2, 2}, {2, 2}, "valid", "NCHW"},
     {"nchw_same_3x3_s2", {1, 4, 7, 5}, {3, 3}, {2, 2}, "same", "NCHW"},
     {"nchw_explicit_s1", {1, 2, 5, 5}, {2, 3}, {1, 1}, Padding{1, 1, 2, 0}, "NCHW"},
+    {"nchw_same_s2x3", {1, 2, 7, 8}, {3, 2}, {2, 3}, "same", "NCHW"},
+    {"nchw_valid_leftover_cols", {2, 3, 5, 7}, {2, 2}, {2, 2}, "valid", "NCHW"},
+    {"nchw_explicit_wide_window_s3", {1, 2, 6, 11}, {2, 4}, {1, 3}, Padding{0, 1, 2, 3}, "NCHW"},
     {"nhwc_cnn_sized", {4, 14, 14, 32}, {2, 2}, {2, 2}, "valid", "NHWC"},
     {"nhwc_channel_blocks_overlap", {1, 6, 6, 80}, {3, 3}, {2, 2}, "same", "NHWC"},
     {"nhwc_channel_blocks_tiled", {1, 4, 4, 130}, {2, 2}, {2, 2}, "valid", "NHWC"},
@@ -192,9 +195,9 @@ TEST(MaxPoolBackward, TiesGoToTheFirstCellOfTheWindow) {
   }
 }
 
-// Ties in a CNN-sized f32 input (the optimised oneDNN path): inputs on a coarse grid
+// Ties in CNN-sized f32 inputs (the vectorised kernels): inputs on a coarse grid
 // so most windows have ties; must match the first-maximum reference exactly.
-TEST(MaxPoolBackward, TiesOnTheOptimisedPathMatchTheReference) {
+TEST(MaxPoolBackward, TiesOnLargeF32InputsMatchTheReference) {
   for (const PoolCase& pc : {PoolCase{"a", {4, 12, 12, 32}, {2, 2}, {2, 2}, "valid", "NHWC"},
                              PoolCase{"b", {2, 11, 11, 16}, {3, 3}, {2, 2}, "same", "NHWC"},
                              PoolCase{"c", {2, 16, 9, 9}, {3, 3}, {1, 1}, "same", "NCHW"}}) {

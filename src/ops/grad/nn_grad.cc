@@ -84,6 +84,9 @@ V attention_vjp(const VjpContext& c) {
   if (c.needs(0)) r[0] = sum_to(ops::mul(ops::matmul(ds, k), scalar_like(ds, scale)), q.shape());
   if (c.needs(1)) r[1] = sum_to(ops::mul(ops::matmul(ds, q, true, false), scalar_like(ds, scale)), k.shape());
   if (mask.defined() && mask.dtype() != DType::kBool && c.needs(3)) r[3] = sum_to(ds, mask.shape());
+  // An f32 mask of a 16-bit q promotes the arithmetic: each gradient in its input's dtype.
+  for (size_t i = 0; i < r.size(); ++i)
+    if (r[i].defined() && r[i].dtype() != c.inputs[i].dtype()) r[i] = ops::cast(r[i], c.inputs[i].dtype());
   return r;
 }
 

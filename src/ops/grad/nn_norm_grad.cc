@@ -33,6 +33,14 @@ Tensor along(const Tensor& p, int rank, int axis) {
   return ops::reshape(p, s);
 }
 
+// The contract: each gradient in its input's dtype (f32 parameters of a 16-bit
+// input promote the arithmetic to f32).
+V fit(V r, const VjpContext& c) {
+  for (size_t i = 0; i < r.size(); ++i)
+    if (r[i].defined() && r[i].dtype() != c.inputs[i].dtype()) r[i] = ops::cast(r[i], c.inputs[i].dtype());
+  return r;
+}
+
 double count_except(const Tensor& x, int axis) {
   return x.dim(axis) == 0 ? 0.0 : static_cast<double>(x.numel()) / static_cast<double>(x.dim(axis));
 }
@@ -74,7 +82,7 @@ V batch_norm_training_vjp(const VjpContext& c) {
     r[0] = ops::add(ops::add(ops::mul(gy, along(k, rank, axis)), ops::mul(xc, along(a, rank, axis))),
                     along(b, rank, axis));
   }
-  return r;
+  return fit(std::move(r), c);
 }
 
 // y = (x - mean) * r * gamma + beta, r = 1 / sqrt(var + eps), statistics given.
@@ -96,7 +104,7 @@ V batch_norm_inference_vjp(const VjpContext& c) {
     r[2] = ops::mul(ops::mul(gxc, gamma), ops::mul(ops::mul(rstd, ops::square(rstd)), scalar_like(rstd, -0.5)));
   if (c.needs(3)) r[3] = ops::mul(gxc, rstd);
   if (c.needs(4)) r[4] = dbeta;
-  return r;
+  return fit(std::move(r), c);
 }
 
 // ---- layer norm, RMS norm ----------------------------------------------------------------
@@ -113,7 +121,7 @@ V layer_norm_vjp(const VjpContext& c) {
   const std::vector<int64_t> N = range(begin, rank), L = range(0, begin);
   V r(3);
   if (c.needs(2)) r[2] = sum_over(g, L);
-  if (!c.needs(0) && !c.needs(1)) return r;
+  if (!c.needs(0) && !c.needs(1)) return fit(std::move(r), c);
   if (x.numel() == 0) {
     for (size_t i = 0; i < 2; ++i)
       if (c.needs(i)) r[i] = ops::zeros_like(c.inputs[i]);
@@ -129,7 +137,7 @@ V layer_norm_vjp(const VjpContext& c) {
     const Tensor inner = ops::add(ops::mean(dxh, N, true), ops::mul(xhat, ops::mean(ops::mul(dxh, xhat), N, true)));
     r[0] = ops::mul(rstd, ops::sub(dxh, inner));
   }
-  return r;
+  return fit(std::move(r), c);
 }
 
 // y = x * r * gamma over the last axis, r = 1 / sqrt(mean(x^2) + eps):
@@ -152,7 +160,7 @@ V rms_norm_vjp(const VjpContext& c) {
     const Tensor corr = ops::mul(ops::mul(rr, ops::square(rr)), ops::mean(ops::mul(dxh, x), {-1}, true));
     r[0] = ops::sub(ops::mul(rr, dxh), ops::mul(x, corr));
   }
-  return r;
+  return fit(std::move(r), c);
 }
 
 KILN_REGISTER_VJP("batch_norm_training", batch_norm_training_vjp);
