@@ -1,10 +1,9 @@
 // nn backward ops without a forward counterpart: max_pool2d_backward,
 // avg_pool2d_backward (kernels in backends/cpu/pool_backward_kernels.cc, vjps in
 // grad/nn_pool_grad.cc).
-#include "kiln/ops/nn_grad.h"
-
 #include <algorithm>
 
+#include "kiln/ops/nn_grad.h"
 #include "nn_util.h"
 
 namespace kiln::ops {
@@ -25,8 +24,8 @@ void require_dy(const char* op, const TensorMeta& dy, const Pool2dGeometry& g, c
     throw InvalidArgumentError(std::string(op) + ": dy must have the input's dtype (" + detail::dtype_str(xt) +
                                "), got " + detail::dtype_str(dy.dtype));
   if (dy.shape != g.output_shape())
-    throw InvalidArgumentError(std::string(op) + ": dy must have the pooling output shape " +
-                               g.output_shape().str() + " for input " + x.str() + ", got " + dy.shape.str());
+    throw InvalidArgumentError(std::string(op) + ": dy must have the pooling output shape " + g.output_shape().str() +
+                               " for input " + x.str() + ", got " + dy.shape.str());
 }
 
 std::vector<TensorMeta> infer_max_pool2d_backward(std::span<const TensorMeta> in, const Attrs& a) {

@@ -96,7 +96,9 @@ KILN_GRAD_CASES({
     {"avg_pool2d_backward/nchw_explicit",
      {"avg_pool2d_backward"},
      {rnd({1, 2, 4, 2}, 147)},
-     [](In x) { return ops::avg_pool2d_backward(x[0], Shape{1, 2, 4, 4}, {2, 2}, {1, 2}, Padding{1, 0, 0, 1}, "NCHW"); }},
+     [](In x) {
+       return ops::avg_pool2d_backward(x[0], Shape{1, 2, 4, 4}, {2, 2}, {1, 2}, Padding{1, 0, 0, 1}, "NCHW");
+     }},
     {"global_avg_pool2d/nhwc", {"global_avg_pool2d"}, {rnd({2, 3, 2, 3}, 148)},
      [](In x) { return ops::global_avg_pool2d(x[0]); }},
     {"global_avg_pool2d/nchw_keepdims", {"global_avg_pool2d"}, {rnd({2, 3, 2, 2}, 149)},
@@ -164,7 +166,8 @@ Tensor float_mask_with_empty_row() {  // [3, 4]; row 1 is entirely -inf
 }
 
 KILN_GRAD_CASES({
-    {"attention/plain", {"scaled_dot_product_attention"}, {rnd({2, 3, 4}, 211), rnd({2, 5, 4}, 212), rnd({2, 5, 3}, 213)},
+    {"attention/plain", {"scaled_dot_product_attention"},
+     {rnd({2, 3, 4}, 211), rnd({2, 5, 4}, 212), rnd({2, 5, 3}, 213)},
      [](In x) { return ops::scaled_dot_product_attention(x[0], x[1], x[2]); }},
     {"attention/causal_scale", {"scaled_dot_product_attention"},
      {rnd({1, 4, 3}, 214), rnd({1, 4, 3}, 215), rnd({1, 4, 2}, 216)},

@@ -18,8 +18,9 @@ args=(train --model mlp --epochs 2 --max-samples 12000 --batch-size 32 --seed 7 
 pid=$!
 # Kill once a few backups exist (the first epoch has 375 batches, a backup every 25).
 for _ in $(seq 1 3000); do
-  n=$(find "$work/ckpt/backup" -name 'backup-*.ckpt' 2>/dev/null | wc -l)
-  steps=$(find "$work/ckpt/backup" -name 'backup-*.ckpt' 2>/dev/null | sed 's/.*backup-\([0-9]*\).ckpt/\1/' | sort -n | tail -n 1)
+  backups=$(find "$work/ckpt/backup" -name 'backup-*.ckpt' 2>/dev/null || true)
+  n=$(printf '%s' "$backups" | grep -c . || true)
+  steps=$(printf '%s\n' "$backups" | sed -n 's/.*backup-\([0-9]*\).ckpt/\1/p' | sort -n | tail -n 1)
   if [ "$n" -ge 2 ] && [ "${steps:-0}" -ge 100 ]; then break; fi
   kill -0 "$pid" 2>/dev/null || break
   sleep 0.01

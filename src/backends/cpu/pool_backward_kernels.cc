@@ -25,8 +25,8 @@ namespace kiln::cpu {
 namespace {
 
 using dnnl::memory;
-using ops::nn_detail::Pool2dGeometry;
 using ops::nn_detail::pool2d_geometry;
+using ops::nn_detail::Pool2dGeometry;
 
 // Max pooling backward for NHWC, vectorised across channels. Tasks are (image,
 // channel block) pairs, so overlapping windows never race. When the windows tile
@@ -116,7 +116,8 @@ void max_pool_backward_nchw(const Pool2dGeometry& g, const T* x, const T* dy, T*
   const int64_t sw = SW ? SW : v.sw;
   // Interior columns: ow * sw - pl >= 0 and ow * sw - pl + kw <= W.
   const int64_t owa = std::min<int64_t>((v.pl + sw - 1) / sw, v.ow);
-  const int64_t owb = std::max<int64_t>(std::min<int64_t>(W + v.pl - v.kw < 0 ? 0 : (W + v.pl - v.kw) / sw + 1, v.ow), owa);
+  const int64_t owb =
+      std::max<int64_t>(std::min<int64_t>(W + v.pl - v.kw < 0 ? 0 : (W + v.pl - v.kw) / sw + 1, v.ow), owa);
   parallel_for(g.n * g.c, std::max<int64_t>(1, 65536 / std::max<int64_t>(HW, 1)), [&](int64_t lo, int64_t hi) {
     std::vector<T> best(static_cast<size_t>(v.ow));
     std::vector<I> arg(static_cast<size_t>(v.ow));
@@ -279,8 +280,8 @@ void avg_pool2d_backward_f32(OpContext& ctx) {
     try {
       dnnl::primitive bwd = onednn::cached(key, [&]() -> dnnl::primitive {
         auto algo = dnnl::algorithm::pooling_avg_exclude_padding;
-        dnnl::pooling_forward::desc fd(dnnl::prop_kind::forward_training, algo, src, dst, {v.sh, v.sw},
-                                       {v.kh, v.kw}, {v.pt, v.pl}, {v.pb, v.pr});
+        dnnl::pooling_forward::desc fd(dnnl::prop_kind::forward_training, algo, src, dst, {v.sh, v.sw}, {v.kh, v.kw},
+                                       {v.pt, v.pl}, {v.pb, v.pr});
         dnnl::pooling_forward::primitive_desc hint(fd, onednn::engine());
         dnnl::pooling_backward::desc bd(algo, src, dst, {v.sh, v.sw}, {v.kh, v.kw}, {v.pt, v.pl}, {v.pb, v.pr});
         return dnnl::pooling_backward(dnnl::pooling_backward::primitive_desc(bd, onednn::engine(), hint));

@@ -82,7 +82,8 @@ V max_pool2d_vjp(const VjpContext& c) {
 
 V avg_pool2d_vjp(const VjpContext& c) {
   const Tensor& x = c.inputs[0];
-  return {call1(KILN_OP("avg_pool2d_backward"), {as(c.cotangents[0], x)}, with_shape(c.attrs, "input_shape", x.shape()))};
+  return {
+      call1(KILN_OP("avg_pool2d_backward"), {as(c.cotangents[0], x)}, with_shape(c.attrs, "input_shape", x.shape()))};
 }
 
 V avg_pool2d_backward_vjp(const VjpContext& c) {

@@ -36,6 +36,14 @@ V embedding_vjp(const VjpContext& c) {
   return {ops::scatter_add(ops::zeros_like(table), ids, c.cotangents[0], 0), Tensor()};
 }
 
+// Each gradient in its input's dtype (an f32 mask of a 16-bit q promotes the
+// arithmetic to f32).
+V fit(V r, const VjpContext& c) {
+  for (size_t i = 0; i < r.size(); ++i)
+    if (r[i].defined() && r[i].dtype() != c.inputs[i].dtype()) r[i] = ops::cast(r[i], c.inputs[i].dtype());
+  return r;
+}
+
 // Recomputes P = softmax(S), S = scale * Q K^T (+ float mask, masked-out entries
 // -inf), with the kernel's conventions (causal is top-left aligned; a row with
 // every key masked gives P = 0). Then with G the output cotangent:
@@ -53,11 +61,11 @@ V attention_vjp(const VjpContext& c) {
       if (c.needs(i)) r[i] = ops::zeros_like(c.inputs[i]);
     return r;
   }
-  const double scale = c.attrs.has("scale") ? c.attrs.get_float("scale")
-                                            : (d > 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0);
+  const double scale =
+      c.attrs.has("scale") ? c.attrs.get_float("scale") : (d > 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0);
   const bool causal = c.attrs.get_bool("causal", false);
   Tensor s = ops::mul(ops::matmul(q, k, false, true), scalar_like(q, scale));
-  Tensor keep;  // bool, broadcasts to S
+  Tensor keep;                    // bool, broadcasts to S
   bool maybe_empty_rows = false;  // only masks empty a row (causal row i keeps key 0)
   if (mask.defined()) {
     if (mask.dtype() == DType::kBool)
@@ -78,16 +86,13 @@ V attention_vjp(const VjpContext& c) {
 
   if (c.needs(2)) r[2] = sum_to(ops::matmul(p, g, true, false), v.shape());
   const bool need_ds = c.needs(0) || c.needs(1) || (mask.defined() && c.needs(3));
-  if (!need_ds) return r;
+  if (!need_ds) return fit(std::move(r), c);
   const Tensor dp = ops::matmul(g, v, false, true);
   const Tensor ds = ops::mul(p, ops::sub(dp, ops::sum(ops::mul(dp, p), {-1}, true)));
   if (c.needs(0)) r[0] = sum_to(ops::mul(ops::matmul(ds, k), scalar_like(ds, scale)), q.shape());
   if (c.needs(1)) r[1] = sum_to(ops::mul(ops::matmul(ds, q, true, false), scalar_like(ds, scale)), k.shape());
   if (mask.defined() && mask.dtype() != DType::kBool && c.needs(3)) r[3] = sum_to(ds, mask.shape());
-  // An f32 mask of a 16-bit q promotes the arithmetic: each gradient in its input's dtype.
-  for (size_t i = 0; i < r.size(); ++i)
-    if (r[i].defined() && r[i].dtype() != c.inputs[i].dtype()) r[i] = ops::cast(r[i], c.inputs[i].dtype());
-  return r;
+  return fit(std::move(r), c);
 }
 
 KILN_REGISTER_VJP("softmax", softmax_vjp);
