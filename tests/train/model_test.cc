@@ -279,3 +279,57 @@ TEST(BackupAndRestore, CorruptedNewestBackupFallsBackToPrevious) {
 
 }  // namespace
 }  // namespace kiln::train
+
+namespace kiln::train {
+namespace {
+
+std::string slurp_events(const std::string& dir) {
+  std::string all;
+  for (auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) {
+      std::ifstream in(e.path(), std::ios::binary);
+      all += std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    }
+  return all;
+}
+
+TEST(Callbacks, TensorBoardWritesTrainAndValidationScalars) {
+  auto m = small_mlp(2);
+  Toy t = toy_data(64, 3);
+  std::string dir = temp_dir("tb");
+  m->fit(t.x, t.y, {.epochs = 2, .batch_size = 16, .validation_split = 0.25,
+                    .callbacks = {callbacks::TensorBoard(dir, /*update_freq=*/1)}, .verbose = 0});
+  std::string train = slurp_events(dir + "/train"), val = slurp_events(dir + "/validation");
+  for (const char* tag : {"brain.Event:2", "epoch_loss", "epoch_accuracy", "epoch_learning_rate",
+                          "epoch_samples_per_sec", "batch_loss"})
+    EXPECT_NE(train.find(tag), std::string::npos) << tag;
+  EXPECT_NE(val.find("epoch_loss"), std::string::npos);
+  EXPECT_NE(val.find("epoch_accuracy"), std::string::npos);
+  EXPECT_EQ(val.find("batch_loss"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln::train
+
+namespace kiln::train {
+namespace {
+
+TEST(Fit, ExplicitValidationDataAndPredict) {
+  auto m = small_mlp(5);
+  Toy t = toy_data(256, 8), v = toy_data(64, 9);
+  History h = m->fit(t.x, t.y, {.epochs = 10, .batch_size = 32, .validation_x = {v.x}, .validation_y = {v.y},
+                                .verbose = 0});
+  Logs e = m->evaluate(v.x, v.y, {.batch_size = 7});
+  EXPECT_NEAR(h.at("val_loss").back(), e["loss"], 1e-5);
+  EXPECT_NEAR(h.at("val_accuracy").back(), e["accuracy"], 1e-9);
+  Tensor p = m->predict(v.x, 10);
+  EXPECT_EQ(p.shape(), Shape({64, 3}));
+  // predict in batches equals one call in inference mode.
+  EXPECT_CLOSE(p, (*m)(v.x, false), 1e-5, 1e-6);
+  Toy bad = toy_data(10, 1);
+  EXPECT_KILN_ERROR(m->fit(t.x, t.y, {.validation_x = {bad.x}, .validation_y = {v.y}, .verbose = 0}),
+                    kInvalidArgument, "validation");
+}
+
+}  // namespace
+}  // namespace kiln::train

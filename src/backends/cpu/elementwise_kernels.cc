@@ -267,7 +267,19 @@ void k_where(OpContext& ctx) {
     const T* xx = x + off[1];
     const T* yy = y + off[2];
     T* out = o + oo;
-    for (int64_t i = 0; i < n; ++i) out[i] = cc[i * sc] ? xx[i * sx] : yy[i * sy];
+    // Unit-stride fast paths (vectorisable): same-shape operands, or a scalar branch as
+    // in the ReLU gradient where(x > 0, g, 0).
+    if (sc == 1 && sx == 1 && sy == 1) {
+      for (int64_t i = 0; i < n; ++i) out[i] = cc[i] ? xx[i] : yy[i];
+    } else if (sc == 1 && sx == 1 && sy == 0) {
+      const T yv = yy[0];
+      for (int64_t i = 0; i < n; ++i) out[i] = cc[i] ? xx[i] : yv;
+    } else if (sc == 1 && sx == 0 && sy == 1) {
+      const T xv = xx[0];
+      for (int64_t i = 0; i < n; ++i) out[i] = cc[i] ? xv : yy[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i] = cc[i * sc] ? xx[i * sx] : yy[i * sy];
+    }
   });
 }
 
