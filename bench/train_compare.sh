@@ -7,11 +7,18 @@ cd "$(dirname "$0")/.."
 model="${1:-mlp}"; epochs="${2:-5}"; runs="${3:-1}"
 kiln=build/release/bin/kiln
 [ -x "$kiln" ] || { echo "build first: cmake --preset release && cmake --build --preset release"; exit 1; }
+/usr/bin/python3 -c "import torch" 2>/dev/null || {
+  echo "needs Debian's PyTorch: apt-get install python3-torch libopenblas0-pthread"; exit 1; }
+# Without an optimised BLAS, Debian's torch falls back to the reference BLAS (~2 GFLOP/s).
+update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | grep -q "^Value:.*openblas" ||
+  echo "warning: libblas.so.3 is not OpenBLAS; PyTorch's Linear layers will be slow (apt-get install libopenblas0-pthread)"
 out=$(mktemp -d)
 for r in $(seq 1 "$runs"); do
   KILN_NUM_THREADS=2 "$kiln" train --model "$model" --epochs "$epochs" --verbose 2 --metrics-json "$out/kiln-$r.json"
   # OpenBLAS-based peer: unset this machine's OpenBLAS throttles for the peer alone.
-  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 bench/fashion_mnist_torch.py --model "$model" \
+  # One BLAS thread: torch's own 2 OpenMP threads plus OpenBLAS threads oversubscribe 2 cores
+  # (16 ms/step instead of 6.6 for the MLP).
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/fashion_mnist_torch.py --model "$model" \
     --epochs "$epochs" --threads 2 --metrics-json "$out/torch-$r.json"
 done
 /usr/bin/python3 - "$out" "$runs" <<'PY'

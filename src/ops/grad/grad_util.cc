@@ -1,5 +1,7 @@
 #include "grad_util.h"
 
+#include <limits>
+
 #include "../op_util.h"
 
 namespace kiln::ops::grad {
@@ -23,6 +25,19 @@ Tensor expand_reduced(const Tensor& g, const Shape& in, const std::vector<int64_
   std::vector<int64_t> kept = in.vec();
   for (int a : ax) kept[a] = 1;
   return ops::reshape(g, kept);
+}
+
+Tensor iota_like(const Tensor& x) {
+  DType t = x.numel() <= std::numeric_limits<int32_t>::max() ? DType::kI32 : DType::kI64;
+  return ops::reshape(ops::arange(static_cast<double>(x.numel()), t).to(x.device()), x.shape().vec());
+}
+
+Tensor scatter_flat(const Tensor& x, const Tensor& pos, const Tensor& g) {
+  Tensor z = ops::zeros_like(x, g.dtype());
+  if (g.numel() == 0) return z;
+  Tensor flat = ops::scatter_add(ops::reshape(z, {x.numel()}), ops::reshape(pos, {pos.numel()}),
+                                 ops::reshape(g, {g.numel()}), 0);
+  return ops::reshape(flat, x.shape().vec());
 }
 
 }  // namespace kiln::ops::grad

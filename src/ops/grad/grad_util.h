@@ -14,6 +14,12 @@ Tensor sum_to(const Tensor& g, const Shape& shape);
 // with or without keepdims to broadcast against the input of shape `in`.
 Tensor expand_reduced(const Tensor& g, const Shape& in, const std::vector<int64_t>& axes, bool keepdims);
 
+// x.shape filled with 0, 1, ..., numel-1 (integer positions, never differentiated):
+// running an indexing op on it tells which input position each output element read.
+Tensor iota_like(const Tensor& x);
+// Zeros shaped like x with g[i] added at flat position pos[i] (repeats accumulate).
+Tensor scatter_flat(const Tensor& x, const Tensor& pos, const Tensor& g);
+
 // The gradient list with only input `i` set.
 inline std::vector<Tensor> only(size_t n, size_t i, Tensor g) {
   std::vector<Tensor> r(n);

@@ -3,29 +3,12 @@
 // gather_nd, top_k) the flat source positions come from running the gather on an
 // iota of the input, and the cotangent is scatter_added at those positions. Index
 // inputs get no gradient; one_hot is not differentiable.
-#include <limits>
-
 #include "grad_util.h"
 
 namespace kiln::ops::grad {
 namespace {
 
 using V = std::vector<Tensor>;
-
-// x.shape filled with 0, 1, ..., numel-1 (integer positions, never differentiated).
-Tensor iota_like(const Tensor& x) {
-  DType t = x.numel() <= std::numeric_limits<int32_t>::max() ? DType::kI32 : DType::kI64;
-  return ops::reshape(ops::arange(static_cast<double>(x.numel()), t).to(x.device()), x.shape().vec());
-}
-
-// Zeros shaped like x with g[i] added at flat position pos[i] (repeats accumulate).
-Tensor scatter_flat(const Tensor& x, const Tensor& pos, const Tensor& g) {
-  Tensor z = ops::zeros_like(x, g.dtype());
-  if (g.numel() == 0) return z;
-  Tensor flat = ops::scatter_add(ops::reshape(z, {x.numel()}), ops::reshape(pos, {pos.numel()}),
-                                 ops::reshape(g, {g.numel()}), 0);
-  return ops::reshape(flat, x.shape().vec());
-}
 
 V gather_vjp(const VjpContext& c) {
   if (!c.needs(0)) return {Tensor(), Tensor()};

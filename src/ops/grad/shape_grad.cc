@@ -3,8 +3,6 @@
 // constant), sums over copies (broadcast_to, tile), and for general index maps
 // (strided_slice with strides != 1, pad reflect/edge) a scatter_add of the cotangent
 // at the flat input positions obtained by running the op itself on an iota.
-#include <limits>
-
 #include "../op_util.h"
 #include "../shape_util.h"
 #include "grad_util.h"
@@ -13,21 +11,6 @@ namespace kiln::ops::grad {
 namespace {
 
 using V = std::vector<Tensor>;
-
-// x.shape filled with 0, 1, ..., numel-1 (integer positions, never differentiated).
-Tensor iota_like(const Tensor& x) {
-  DType t = x.numel() <= std::numeric_limits<int32_t>::max() ? DType::kI32 : DType::kI64;
-  return ops::reshape(ops::arange(static_cast<double>(x.numel()), t).to(x.device()), x.shape().vec());
-}
-
-// Zeros shaped like x with g[i] added at flat position pos[i] (repeats accumulate).
-Tensor scatter_flat(const Tensor& x, const Tensor& pos, const Tensor& g) {
-  Tensor z = ops::zeros_like(x, g.dtype());
-  if (g.numel() == 0) return z;
-  Tensor flat = ops::scatter_add(ops::reshape(z, {x.numel()}), ops::reshape(pos, {pos.numel()}),
-                                 ops::reshape(g, {g.numel()}), 0);
-  return ops::reshape(flat, x.shape().vec());
-}
 
 Tensor strided_slice_canonical(const Tensor& x, const std::vector<int64_t>& begin, const std::vector<int64_t>& size,
                                const std::vector<int64_t>& strides) {
