@@ -49,8 +49,10 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
     }
     off += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int e = errno;
+  // Close even when fsync fails (no descriptor leak); report the first error.
+  int e = ::fsync(fd) != 0 ? errno : 0;
+  if (::close(fd) != 0 && e == 0) e = errno;
+  if (e != 0) {
     ::unlink(tmp.c_str());
     throw DataLossError("fsync/close failed on " + tmp + ": " + std::strerror(e));
   }
