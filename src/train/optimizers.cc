@@ -49,15 +49,15 @@ void Optimizer::build(const std::vector<Variable>& vars) {
     for (const std::string& n : names)
       s.emplace_back(ops::zeros_like(v.peek()), name() + "/" + v.name() + "/" + n, /*trainable=*/false);
     slots_.emplace(v.uid(), std::move(s));
-    order_.push_back(v.uid());
+    order_.push_back(v);
   }
 }
 
 std::vector<Variable> Optimizer::variables() const {
   std::vector<Variable> out;
   if (iterations_.defined()) out.push_back(iterations_);
-  for (uintptr_t id : order_) {
-    const auto& s = slots_.at(id);
+  for (const Variable& v : order_) {
+    const auto& s = slots_.at(v.uid());
     out.insert(out.end(), s.begin(), s.end());
   }
   return out;

@@ -60,7 +60,9 @@ class Optimizer {
 
  private:
   Variable iterations_;
-  std::vector<uintptr_t> order_;
+  // The variables that have slots, in build order. Holding them keeps their uid()
+  // (an address) from being reused by a new variable while the slots exist.
+  std::vector<Variable> order_;
   std::unordered_map<uintptr_t, std::vector<Variable>> slots_;
 };
 using OptimizerPtr = std::shared_ptr<Optimizer>;
