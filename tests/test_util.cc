@@ -1,5 +1,10 @@
 #include "test_util.h"
 
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "kiln/core/random.h"
 
 namespace kiln::testing {
@@ -25,6 +30,24 @@ Tensor rand_tensor(const Shape& s, DType dt, double lo, double hi, uint64_t seed
     v[i] = lo + (hi - lo) * uints_to_unit_double(b[0], b[1]);
   }
   return Tensor::from_vector<double>(v, s).to(dt);
+}
+
+TempDir::TempDir(const std::string& tag) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / ("kiln_" + tag + ".XXXXXX")).string();
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  f.close();
+  EXPECT_TRUE(f.good()) << "cannot write " << path;
 }
 
 }  // namespace kiln::testing

@@ -25,6 +25,24 @@ Tensor make(std::vector<T> v, Shape s) {
   return Tensor::from_vector<T>(v, s);
 }
 
+// A fresh directory under the system temp dir ("kiln_<tag>.XXXXXX"), removed with its
+// contents when the object goes.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag = "test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Writes `bytes` to `path` (truncating); fails the test when the write fails.
+void write_bytes(const std::string& path, const std::string& bytes);
+
 // Deterministic pseudo-random test data in [lo, hi).
 Tensor rand_tensor(const Shape& s, DType dt, double lo = -1, double hi = 1, uint64_t seed = 1);
 

@@ -3,6 +3,34 @@
 #include "nn_util.h"
 
 namespace kiln::ops {
+
+namespace nn_detail {
+
+const std::vector<AttrSpec>& pool_attr_specs() {
+  static const std::vector<AttrSpec> specs = {
+      {"ksize", AttrType::kInts, "[kh, kw]"},
+      {"strides", AttrType::kInts, "[sh, sw]"},
+      {"padding", AttrType::kString, "\"valid\", \"same\" or \"explicit\""},
+      {"explicit_paddings", AttrType::kInts, "[top, bottom, left, right] with padding \"explicit\""},
+      {"data_format", AttrType::kString, "\"NHWC\" or \"NCHW\""},
+  };
+  return specs;
+}
+
+void set_padding(Attrs& a, const Padding& p) {
+  a.set("padding", p.mode);
+  if (!p.pads.empty()) a.set("explicit_paddings", p.pads);
+}
+
+Attrs pool_attrs(const std::vector<int64_t>& ksize, const std::vector<int64_t>& strides, const Padding& padding,
+                 const std::string& data_format) {
+  Attrs a{{"ksize", ksize}, {"strides", strides}, {"data_format", data_format}};
+  set_padding(a, padding);
+  return a;
+}
+
+}  // namespace nn_detail
+
 namespace {
 using detail::call1;
 using namespace nn_detail;
@@ -96,14 +124,6 @@ std::vector<AttrSpec> with(std::vector<AttrSpec> base, std::initializer_list<Att
   return base;
 }
 
-const std::vector<AttrSpec> kPoolAttrs = {
-    {"ksize", AttrType::kInts, "[kh, kw]"},
-    {"strides", AttrType::kInts, "[sh, sw]"},
-    {"padding", AttrType::kString, "\"valid\", \"same\" or \"explicit\""},
-    {"explicit_paddings", AttrType::kInts, "[top, bottom, left, right] with padding \"explicit\""},
-    {"data_format", AttrType::kString, "\"NHWC\" or \"NCHW\""},
-};
-
 KILN_REGISTER_OP(detail::make_def("conv2d", "2-d convolution (cross-correlation), optional bias; NHWC/HWIO or NCHW/OIHW", -1,
                      infer_conv2d, kConvAttrs));
 KILN_REGISTER_OP(detail::make_def("conv2d_backward_data", "gradient of conv2d w.r.t. its input (transposed convolution)", 2,
@@ -111,20 +131,15 @@ KILN_REGISTER_OP(detail::make_def("conv2d_backward_data", "gradient of conv2d w.
                      with(kConvAttrs, {{"input_shape", AttrType::kInts, "shape of conv2d's input"}})));
 KILN_REGISTER_OP(detail::make_def("conv2d_backward_filter", "gradient of conv2d w.r.t. its filter", 2, infer_conv2d_backward_filter,
                      with(kConvAttrs, {{"filter_shape", AttrType::kInts, "shape of conv2d's filter"}})));
-KILN_REGISTER_OP(detail::make_def("max_pool2d", "2-d max pooling", 1, infer_max_pool2d, kPoolAttrs));
+KILN_REGISTER_OP(detail::make_def("max_pool2d", "2-d max pooling", 1, infer_max_pool2d, pool_attr_specs()));
 KILN_REGISTER_OP(detail::make_def("avg_pool2d", "2-d average pooling (padding excluded from the count)", 1, infer_avg_pool2d,
-                     kPoolAttrs));
+                     pool_attr_specs()));
 KILN_REGISTER_OP(detail::make_def("global_avg_pool2d", "mean over H and W", 1, infer_global_avg_pool2d,
                      {{"data_format", AttrType::kString, "\"NHWC\" or \"NCHW\""},
                       {"keepdims", AttrType::kBool, "keep H and W as size-1 dims"}}));
 KILN_REGISTER_OP(detail::make_def("global_max_pool2d", "max over H and W", 1, infer_global_max_pool2d,
                      {{"data_format", AttrType::kString, "\"NHWC\" or \"NCHW\""},
                       {"keepdims", AttrType::kBool, "keep H and W as size-1 dims"}}));
-
-void set_padding(Attrs& a, const Padding& p) {
-  a.set("padding", p.mode);
-  if (!p.pads.empty()) a.set("explicit_paddings", p.pads);
-}
 
 Attrs conv_attrs(const Conv2dOptions& o) {
   Attrs a{{"strides", o.strides},
@@ -148,9 +163,7 @@ std::pair<Tensor, Tensor> promote_pair(const char* op, const char* na, const Ten
 Tensor pool(const OpDef& op, const char* name, const Tensor& x, const std::vector<int64_t>& ksize,
             const std::vector<int64_t>& strides, const Padding& padding, const std::string& data_format) {
   require_defined(name, "input", x);
-  Attrs a{{"ksize", ksize}, {"strides", strides}, {"data_format", data_format}};
-  set_padding(a, padding);
-  return call1(op, {as_floating(x)}, a);
+  return call1(op, {as_floating(x)}, pool_attrs(ksize, strides, padding, data_format));
 }
 
 }  // namespace

@@ -11,14 +11,6 @@ namespace {
 using detail::call1;
 using namespace nn_detail;
 
-const std::vector<AttrSpec> kPoolAttrs = {
-    {"ksize", AttrType::kInts, "[kh, kw]"},
-    {"strides", AttrType::kInts, "[sh, sw]"},
-    {"padding", AttrType::kString, "\"valid\", \"same\" or \"explicit\""},
-    {"explicit_paddings", AttrType::kInts, "[top, bottom, left, right] with padding \"explicit\""},
-    {"data_format", AttrType::kString, "\"NHWC\" or \"NCHW\""},
-};
-
 void require_dy(const char* op, const TensorMeta& dy, const Pool2dGeometry& g, const Shape& x, DType xt) {
   if (dy.dtype != xt)
     throw InvalidArgumentError(std::string(op) + ": dy must have the input's dtype (" + detail::dtype_str(xt) +
@@ -47,23 +39,16 @@ std::vector<TensorMeta> infer_avg_pool2d_backward(std::span<const TensorMeta> in
 }
 
 std::vector<AttrSpec> with_input_shape() {
-  std::vector<AttrSpec> r = kPoolAttrs;
+  std::vector<AttrSpec> r = pool_attr_specs();
   r.push_back({"input_shape", AttrType::kInts, "shape of avg_pool2d's input"});
   return r;
 }
 
 KILN_REGISTER_OP(detail::make_def("max_pool2d_backward",
                                   "gradient of max_pool2d w.r.t. its input (x, dy); ties go to the first maximum", 2,
-                                  infer_max_pool2d_backward, kPoolAttrs, Differentiable::kNo));
+                                  infer_max_pool2d_backward, pool_attr_specs(), Differentiable::kNo));
 KILN_REGISTER_OP(detail::make_def("avg_pool2d_backward", "gradient of avg_pool2d w.r.t. its input (the adjoint)", 1,
                                   infer_avg_pool2d_backward, with_input_shape()));
-
-Attrs pool_attrs(const std::vector<int64_t>& ksize, const std::vector<int64_t>& strides, const Padding& padding,
-                 const std::string& data_format) {
-  Attrs a{{"ksize", ksize}, {"strides", strides}, {"data_format", data_format}, {"padding", padding.mode}};
-  if (!padding.pads.empty()) a.set("explicit_paddings", padding.pads);
-  return a;
-}
 
 }  // namespace
 

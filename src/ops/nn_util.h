@@ -3,6 +3,7 @@
 #include <string>
 
 #include "kiln/ops/elementwise.h"
+#include "kiln/ops/nn.h"
 #include "kiln/ops/nn_geometry.h"
 #include "op_util.h"
 
@@ -45,5 +46,11 @@ inline Tensor param_or(const Tensor& p, DType x, const Shape& shape, double fill
   }
   return t.to(x);
 }
+
+// The attribute schema shared by the 2-d pooling ops (forward and backward), and the
+// attrs of one pooling call.
+const std::vector<AttrSpec>& pool_attr_specs();
+Attrs pool_attrs(const std::vector<int64_t>& ksize, const std::vector<int64_t>& strides, const Padding& padding,
+                 const std::string& data_format);
 
 }  // namespace kiln::ops::nn_detail

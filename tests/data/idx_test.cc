@@ -17,30 +17,10 @@
 namespace kiln::data {
 namespace {
 
+using kiln::testing::TempDir;
+using kiln::testing::write_bytes;
+
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "kiln_idx_test.XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(f.good()) << path;
-}
 
 void put_be32(std::string* s, uint32_t v) {
   for (int i = 3; i >= 0; --i) s->push_back(static_cast<char>(v >> (8 * i)));
@@ -86,7 +66,7 @@ std::string gzip_stored(const std::string& data) {
 }
 
 TEST(Idx, ReadsU8Rank3) {
-  TempDir dir;
+  TempDir dir("idx");
   std::string f = idx_header(0x08, {2, 2, 3});
   for (int i = 0; i < 12; ++i) f.push_back(static_cast<char>(i * 20));
   write_bytes(dir.file("a.idx"), f);
@@ -99,7 +79,7 @@ TEST(Idx, ReadsU8Rank3) {
 }
 
 TEST(Idx, BigEndianTypesConvert) {
-  TempDir dir;
+  TempDir dir("idx");
   // i8: 0xff is -1.
   write_bytes(dir.file("i8"), idx_header(0x09, {3}) + std::string("\x01\xff\x80", 3));
   EXPECT_EQ(read_idx(dir.file("i8")).to_vector<int32_t>(), (std::vector<int32_t>{1, -1, -128}));
@@ -127,7 +107,7 @@ TEST(Idx, BigEndianTypesConvert) {
 }
 
 TEST(Idx, EmptyAndScalarShapes) {
-  TempDir dir;
+  TempDir dir("idx");
   write_bytes(dir.file("empty"), idx_header(0x08, {0, 28}));
   EXPECT_EQ(read_idx(dir.file("empty")).shape(), (Shape{0, 28}));
   write_bytes(dir.file("scalar"), idx_header(0x08, {}) + "\x07");
@@ -137,7 +117,7 @@ TEST(Idx, EmptyAndScalarShapes) {
 }
 
 TEST(Idx, GzipMatchesPlain) {
-  TempDir dir;
+  TempDir dir("idx");
   std::string plain = idx_header(0x08, {300, 300});  // > 64 KiB: several stored blocks
   for (int i = 0; i < 90000; ++i) plain.push_back(static_cast<char>((i * 7) % 251));
   write_bytes(dir.file("x.idx"), plain);
@@ -149,7 +129,7 @@ TEST(Idx, GzipMatchesPlain) {
 }
 
 TEST(Idx, GzipDetectedByMagicNotName) {
-  TempDir dir;
+  TempDir dir("idx");
   std::string plain = idx_header(0x08, {2}) + "\x05\x06";
   write_bytes(dir.file("no_suffix"), gzip_stored(plain));
   EXPECT_EQ(read_idx(dir.file("no_suffix")).to_vector<int>(), (std::vector<int>{5, 6}));
@@ -158,19 +138,19 @@ TEST(Idx, GzipDetectedByMagicNotName) {
 }
 
 TEST(Idx, GzipConcatenatedMembers) {
-  TempDir dir;
+  TempDir dir("idx");
   std::string plain = idx_header(0x08, {4}) + "\x01\x02\x03\x04";
   write_bytes(dir.file("m.gz"), gzip_stored(plain.substr(0, 6)) + gzip_stored(plain.substr(6)));
   EXPECT_EQ(read_idx(dir.file("m.gz")).to_vector<int>(), (std::vector<int>{1, 2, 3, 4}));
 }
 
 TEST(Idx, MissingFileIsNotFound) {
-  TempDir dir;
+  TempDir dir("idx");
   EXPECT_KILN_ERROR(read_idx(dir.file("nope.idx")), kNotFound, "nope.idx");
 }
 
 TEST(Idx, TruncatedData) {
-  TempDir dir;
+  TempDir dir("idx");
   write_bytes(dir.file("t"), idx_header(0x08, {2, 3}) + "\x01\x02\x03\x04\x05");
   EXPECT_KILN_ERROR(read_idx(dir.file("t")), kDataLoss, "truncated data");
   EXPECT_KILN_ERROR(read_idx(dir.file("t")), kDataLoss, dir.file("t"));
@@ -178,7 +158,7 @@ TEST(Idx, TruncatedData) {
 }
 
 TEST(Idx, TruncatedHeader) {
-  TempDir dir;
+  TempDir dir("idx");
   write_bytes(dir.file("h2"), std::string("\x00\x00", 2));
   EXPECT_KILN_ERROR(read_idx(dir.file("h2")), kDataLoss, "truncated header");
   std::string h = idx_header(0x08, {5, 5});
@@ -187,13 +167,13 @@ TEST(Idx, TruncatedHeader) {
 }
 
 TEST(Idx, TrailingBytes) {
-  TempDir dir;
+  TempDir dir("idx");
   write_bytes(dir.file("t"), idx_header(0x08, {2}) + "\x01\x02\x03");
   EXPECT_KILN_ERROR(read_idx(dir.file("t")), kDataLoss, "trailing bytes");
 }
 
 TEST(Idx, BadMagic) {
-  TempDir dir;
+  TempDir dir("idx");
   write_bytes(dir.file("m"), std::string("\x01\x00\x08\x01\x00\x00\x00\x01\x07", 9));
   EXPECT_KILN_ERROR(read_idx(dir.file("m")), kDataLoss, "bad magic 01 00 08 01");
   EXPECT_KILN_ERROR(read_idx(dir.file("m")), kDataLoss, dir.file("m"));
@@ -202,13 +182,13 @@ TEST(Idx, BadMagic) {
 }
 
 TEST(Idx, BadTypeCode) {
-  TempDir dir;
+  TempDir dir("idx");
   write_bytes(dir.file("t"), idx_header(0x0A, {1}) + "\x00");
   EXPECT_KILN_ERROR(read_idx(dir.file("t")), kDataLoss, "unknown type code 0x0a");
 }
 
 TEST(Idx, RankAboveKilnMaximum) {
-  TempDir dir;
+  TempDir dir("idx");
   write_bytes(dir.file("r"), idx_header(0x08, std::vector<uint32_t>(9, 1)) + "\x00");
   EXPECT_KILN_ERROR(read_idx(dir.file("r")), kDataLoss, "rank 9");
 }
@@ -225,7 +205,7 @@ TEST(Idx, AbsurdDimsRejectedBeforeAllocating) {
 }
 
 TEST(Idx, CorruptGzip) {
-  TempDir dir;
+  TempDir dir("idx");
   std::string plain = idx_header(0x08, {64});
   for (int i = 0; i < 64; ++i) plain.push_back(static_cast<char>(i));
   std::string gz = gzip_stored(plain);
@@ -303,7 +283,7 @@ void write_fake_set(const std::string& dir, int n, int m, bool gz) {
 }
 
 TEST(FashionMnist, EnvironmentOverridesDefaultDir) {
-  TempDir dir;
+  TempDir dir("idx");
   write_fake_set(dir.path(), 3, 2, /*gz=*/false);  // uncompressed copies are accepted too
   const char* old = std::getenv("KILN_FASHION_MNIST_DIR");
   std::string saved = old ? old : "";
@@ -318,7 +298,7 @@ TEST(FashionMnist, EnvironmentOverridesDefaultDir) {
 }
 
 TEST(FashionMnist, MissingFileNamesFileAndPackage) {
-  TempDir dir;
+  TempDir dir("idx");
   EXPECT_KILN_ERROR(load_fashion_mnist(dir.path()), kNotFound, dir.file("train-images-idx3-ubyte.gz"));
   EXPECT_KILN_ERROR(load_fashion_mnist(dir.path()), kNotFound, "dataset-fashion-mnist");
   EXPECT_KILN_ERROR(load_fashion_mnist(dir.path()), kNotFound, "scripts/install-deps.sh");
@@ -328,7 +308,7 @@ TEST(FashionMnist, MissingFileNamesFileAndPackage) {
 }
 
 TEST(FashionMnist, MismatchedFilesAreDataLoss) {
-  TempDir dir;
+  TempDir dir("idx");
   write_fake_set(dir.path(), 2, 2, /*gz=*/true);
   write_bytes(dir.file("train-labels-idx1-ubyte.gz"), gzip_stored(idx_header(0x08, {3}) + "\x01\x02\x03"));
   EXPECT_KILN_ERROR(load_fashion_mnist(dir.path()), kDataLoss, "expected u8 labels [2]");

@@ -14,29 +14,10 @@
 namespace kiln::data {
 namespace {
 
+using kiln::testing::TempDir;
+using kiln::testing::write_bytes;
+
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "kiln_tfrecord_test.XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 // CRC-32C bit by bit (reflected polynomial 0x82F63B78): a reference independent of
 // kiln's table-driven one.
@@ -69,7 +50,7 @@ std::vector<std::string> sample_records() {
 }
 
 TEST(TFRecord, FramingMatchesSpecByteForByte) {
-  TempDir dir;
+  TempDir dir("tfrecord");
   {
     TFRecordWriter w(dir.file("a.tfrecord"));
     w.write("123456789");
@@ -82,7 +63,7 @@ TEST(TFRecord, FramingMatchesSpecByteForByte) {
 }
 
 TEST(TFRecord, RoundTrip) {
-  TempDir dir;
+  TempDir dir("tfrecord");
   std::vector<std::string> recs = sample_records();
   uint64_t framed = 0;
   {
@@ -112,7 +93,7 @@ TEST(TFRecord, RoundTrip) {
 }
 
 TEST(TFRecord, EmptyRecordAndEmptyFile) {
-  TempDir dir;
+  TempDir dir("tfrecord");
   write_tfrecords(dir.file("one_empty"), {""});
   EXPECT_EQ(fs::file_size(dir.file("one_empty")), 16u);
   EXPECT_EQ(read_tfrecords(dir.file("one_empty")), std::vector<std::string>{""});
@@ -134,7 +115,7 @@ TEST(TFRecord, FromString) {
 }
 
 TEST(TFRecord, CorruptedLengthCrc) {
-  TempDir dir;
+  TempDir dir("tfrecord");
   std::string f = frame_ref("first") + frame_ref("second");
   size_t second = 16 + 5;
   f[second + 9] ^= 0x01;  // inside the length CRC of the second record
@@ -154,7 +135,7 @@ TEST(TFRecord, CorruptedLengthCrc) {
 }
 
 TEST(TFRecord, CorruptedDataCrc) {
-  TempDir dir;
+  TempDir dir("tfrecord");
   std::string f = frame_ref("first") + frame_ref("second");
   f[16 + 5 + 12 + 2] ^= 0x20;  // a data byte of the second record
   write_bytes(dir.file("d"), f);
@@ -170,7 +151,7 @@ TEST(TFRecord, CorruptedDataCrc) {
 }
 
 TEST(TFRecord, Truncated) {
-  TempDir dir;
+  TempDir dir("tfrecord");
   std::string one = frame_ref("abcdef");  // 22 bytes
   struct Case {
     size_t keep;
@@ -196,7 +177,7 @@ TEST(TFRecord, HugeLengthWithValidCrcIsTruncationNotAllocation) {
 }
 
 TEST(TFRecord, ReaderRetriesARecordThatWasStillBeingWritten) {
-  TempDir dir;
+  TempDir dir("tfrecord");
   std::string f = frame_ref("first") + frame_ref("second");
   write_bytes(dir.file("live"), f.substr(0, 30));
   TFRecordReader r(dir.file("live"));
@@ -210,7 +191,7 @@ TEST(TFRecord, ReaderRetriesARecordThatWasStillBeingWritten) {
 }
 
 TEST(TFRecord, FlushMakesRecordsVisible) {
-  TempDir dir;
+  TempDir dir("tfrecord");
   TFRecordWriter w(dir.file("f"));
   w.write("a");
   EXPECT_EQ(fs::file_size(dir.file("f")), 0u);  // still buffered
@@ -222,7 +203,7 @@ TEST(TFRecord, FlushMakesRecordsVisible) {
 }
 
 TEST(TFRecord, AtomicWriterPublishesOnlyOnClose) {
-  TempDir dir;
+  TempDir dir("tfrecord");
   std::string p = dir.file("atomic");
   write_tfrecords(p, {"old"});
   {
@@ -245,7 +226,7 @@ TEST(TFRecord, AtomicWriterPublishesOnlyOnClose) {
 }
 
 TEST(TFRecord, ExclusiveRefusesExistingFile) {
-  TempDir dir;
+  TempDir dir("tfrecord");
   std::string p = dir.file("x");
   { TFRecordWriter w(p, {.exclusive = true}); }
   EXPECT_KILN_ERROR(TFRecordWriter(p, {.exclusive = true}), kFailedPrecondition, "already exists");
@@ -253,7 +234,7 @@ TEST(TFRecord, ExclusiveRefusesExistingFile) {
 }
 
 TEST(TFRecord, Errors) {
-  TempDir dir;
+  TempDir dir("tfrecord");
   EXPECT_KILN_ERROR(TFRecordReader(dir.file("missing")), kNotFound, dir.file("missing"));
   EXPECT_KILN_ERROR(TFRecordWriter(dir.file("no/such/dir/f")), kFailedPrecondition, "cannot create");
   TFRecordWriter w(dir.file("closed"));

@@ -16,14 +16,6 @@ namespace fs = std::filesystem;
 namespace L = layers;
 using kiln::testing::rand_tensor;
 
-std::string temp_dir(const std::string& tag) {
-  fs::path p = fs::temp_directory_path() /
-               ("kiln_model_test_" + tag + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
 // Two Gaussian-ish blobs per class in 8-d: learnable to ~100% by a small MLP.
 struct Toy {
   Tensor x, y;
@@ -168,7 +160,8 @@ TEST(Callbacks, EarlyStoppingStops) {
 TEST(Callbacks, LearningRateSchedulerAndCsvLogger) {
   auto m = small_mlp(2);
   Toy t = toy_data(64, 3);
-  std::string dir = temp_dir("csv");
+  kiln::testing::TempDir tmp("model_csv");
+  const std::string& dir = tmp.path();
   std::string csv = dir + "/log.csv";
   History h = m->fit(t.x, t.y,
                      {.epochs = 3, .batch_size = 16,
@@ -190,7 +183,8 @@ TEST(Callbacks, LearningRateSchedulerAndCsvLogger) {
 TEST(Callbacks, ModelCheckpointSavesLoadableWeights) {
   auto m = small_mlp(2);
   Toy t = toy_data(64, 3);
-  std::string dir = temp_dir("mc");
+  kiln::testing::TempDir tmp("model_mc");
+  const std::string& dir = tmp.path();
   m->fit(t.x, t.y, {.epochs = 2, .batch_size = 16,
                     .callbacks = {callbacks::ModelCheckpoint(dir + "/w-{epoch}.ckpt", "loss")}, .verbose = 0});
   EXPECT_TRUE(fs::exists(dir + "/w-1.ckpt"));
@@ -233,7 +227,8 @@ TEST(BackupAndRestore, ResumedRunEqualsUninterruptedRun) {
   auto ref = small_mlp(31);
   ref->fit(t.x, t.y, fo);
 
-  std::string dir = temp_dir("bar");
+  kiln::testing::TempDir tmp("model_bar");
+  const std::string& dir = tmp.path();
   auto crashed = small_mlp(31);
   FitOptions f1 = fo;
   f1.callbacks = {callbacks::BackupAndRestore(dir, /*save_freq=*/4), std::make_shared<CrashAt>(14)};
@@ -256,7 +251,8 @@ TEST(BackupAndRestore, CorruptedNewestBackupFallsBackToPrevious) {
   auto ref = small_mlp(31);
   ref->fit(t.x, t.y, fo);
 
-  std::string dir = temp_dir("bar2");
+  kiln::testing::TempDir tmp("model_bar2");
+  const std::string& dir = tmp.path();
   auto crashed = small_mlp(31);
   FitOptions f1 = fo;
   f1.callbacks = {callbacks::BackupAndRestore(dir, 3), std::make_shared<CrashAt>(13)};
@@ -296,7 +292,8 @@ std::string slurp_events(const std::string& dir) {
 TEST(Callbacks, TensorBoardWritesTrainAndValidationScalars) {
   auto m = small_mlp(2);
   Toy t = toy_data(64, 3);
-  std::string dir = temp_dir("tb");
+  kiln::testing::TempDir tmp("model_tb");
+  const std::string& dir = tmp.path();
   m->fit(t.x, t.y, {.epochs = 2, .batch_size = 16, .validation_split = 0.25,
                     .callbacks = {callbacks::TensorBoard(dir, /*update_freq=*/1)}, .verbose = 0});
   std::string train = slurp_events(dir + "/train"), val = slurp_events(dir + "/validation");

@@ -16,23 +16,10 @@
 namespace kiln::train {
 namespace {
 
+using kiln::testing::TempDir;
+using kiln::testing::write_bytes;
+
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "kiln_tensorboard_test.XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::vector<tensorflow::Event> read_events(const std::string& path) {
   std::vector<tensorflow::Event> out;
@@ -49,7 +36,7 @@ double now() {
 }
 
 TEST(SummaryWriter, WritesVersionThenScalars) {
-  TempDir dir;
+  TempDir dir("tensorboard");
   std::string logdir = dir.path() + "/run/a";  // parents are created
   double t0 = now();
   std::string path;
@@ -97,7 +84,7 @@ TEST(SummaryWriter, WritesVersionThenScalars) {
 }
 
 TEST(SummaryWriter, FlushMakesEventsReadableWhileOpen) {
-  TempDir dir;
+  TempDir dir("tensorboard");
   SummaryWriter w(dir.path());
   // The version record is on disk as soon as the writer exists.
   ASSERT_EQ(read_events(w.path()).size(), 1u);
@@ -110,7 +97,7 @@ TEST(SummaryWriter, FlushMakesEventsReadableWhileOpen) {
 }
 
 TEST(SummaryWriter, TwoWritersInOneDirectoryGetDistinctFiles) {
-  TempDir dir;
+  TempDir dir("tensorboard");
   SummaryWriter a(dir.path()), b(dir.path());
   EXPECT_NE(a.path(), b.path());
   a.scalar("a", 1, 1);
@@ -122,7 +109,7 @@ TEST(SummaryWriter, TwoWritersInOneDirectoryGetDistinctFiles) {
 }
 
 TEST(SummaryWriter, UncreatableLogdirThrows) {
-  TempDir dir;
+  TempDir dir("tensorboard");
   std::string file = dir.path() + "/plain_file";
   data::write_tfrecords(file, {});
   EXPECT_KILN_ERROR(SummaryWriter(file + "/sub"), kFailedPrecondition, file);
