@@ -11,19 +11,12 @@
 namespace kiln::testing {
 namespace {
 
-using In = const std::vector<Tensor>&;
-
-Tensor f64(std::vector<double> v, Shape s) { return Tensor::from_vector<double>(v, s); }
-
-// d/dx sum(f(x)^3 * w) with an inner tape: nonlinear in x through f's vjp, so a
-// gradcheck of it checks that the vjp is itself differentiable (second order).
+// Second-order helper with this file's weight seed (see gradcheck.h).
 Tensor inner_grad(const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
-  GradientTape tape;
-  tape.watch(x);
-  Tensor y = f(x);
-  Tensor w = rnd(y.shape(), 99);
-  return tape.gradient(ops::sum(ops::mul(ops::mul(y, ops::square(y)), w)), {x}, {}, UnconnectedGradients::kZero)[0];
+  return inner_gradient(x, f, 99);
 }
+
+using In = const std::vector<Tensor>&;
 
 // Values on both sides of relu6's kinks (0 and 6) and clip(-0.5, 0.5)'s bounds, none near them.
 Tensor around_kinks() { return f64({-2, -0.7, -0.3, 0.1, 0.45, 0.6, 2.5, 5.5, 6.5, 8}, {10}); }

@@ -25,6 +25,14 @@ Tensor rnd_away(const Shape& s, uint64_t seed, double lo, double hi) {
   return Tensor::from_vector<double>(m, s);
 }
 
+Tensor inner_gradient(const Tensor& x, const std::function<Tensor(const Tensor&)>& f, uint64_t seed) {
+  GradientTape tape;
+  tape.watch(x);
+  Tensor y = f(x);
+  Tensor w = rnd(y.shape(), seed);
+  return tape.gradient(ops::sum(ops::mul(ops::mul(y, ops::square(y)), w)), {x}, {}, UnconnectedGradients::kZero)[0];
+}
+
 namespace {
 double weighted_sum(const Tensor& y, const std::vector<double>& w) {
   std::vector<double> v = y.to_vector<double>();

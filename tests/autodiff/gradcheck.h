@@ -30,6 +30,13 @@ struct GradCaseRegistration {
 #define KILN_GRAD_CASES(...) \
   static ::kiln::testing::GradCaseRegistration KILN_CONCAT(kiln_grad_cases_, __COUNTER__)(__VA_ARGS__)
 
+// An f64 tensor from values.
+inline Tensor f64(std::vector<double> v, Shape s) { return Tensor::from_vector<double>(v, s); }
+
+// d/dx sum(f(x)^3 * w) (w random from `seed`) computed with an inner tape: nonlinear in
+// x through f's vjp, so a gradcheck of it checks that the vjp is itself differentiable.
+Tensor inner_gradient(const Tensor& x, const std::function<Tensor(const Tensor&)>& f, uint64_t seed);
+
 // f64 test data in [lo, hi), deterministic per seed.
 Tensor rnd(const Shape& s, uint64_t seed, double lo = -1, double hi = 1);
 // f64 test data with |x| in [lo, hi) and random sign (away from kinks at 0).

@@ -10,18 +10,12 @@
 namespace kiln::testing {
 namespace {
 
-using In = const std::vector<Tensor>&;
-
-Tensor f64(std::vector<double> v, Shape s) { return Tensor::from_vector<double>(v, s); }
-
-// d/dx sum(f(x)^3 * w) with an inner tape (second order; see elementwise_grad_test.cc).
+// Second-order helper with this file's weight seed (see gradcheck.h).
 Tensor inner_grad(const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
-  GradientTape tape;
-  tape.watch(x);
-  Tensor y = f(x);
-  Tensor w = rnd(y.shape(), 98);
-  return tape.gradient(ops::sum(ops::mul(ops::mul(y, ops::square(y)), w)), {x}, {}, UnconnectedGradients::kZero)[0];
+  return inner_gradient(x, f, 98);
 }
+
+using In = const std::vector<Tensor>&;
 
 // Rows with no zero, one zero and two zeros: prod is a polynomial, so central
 // differences are exact up to rounding even at the zeros.

@@ -2,12 +2,10 @@
 #include <cmath>
 
 #include "kiln/autodiff/tape.h"
-#include "test_util.h"
+#include "gradcheck.h"
 
 namespace kiln::testing {
 namespace {
-
-Tensor f64(std::vector<double> v, Shape s) { return Tensor::from_vector<double>(v, s); }
 
 TEST(GradientTape, WatchedTensor) {
   Tensor x = f64({1, 2, 3}, {3});
