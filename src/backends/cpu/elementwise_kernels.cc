@@ -12,13 +12,6 @@
 namespace kiln::cpu {
 namespace {
 
-// 16-bit float storage types compute in float, converted in chunks of kChunk
-// elements that stay in L1 (no whole-tensor conversion passes).
-template <typename T>
-inline constexpr bool kIs16 = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
-template <typename T>
-using compute_t = std::conditional_t<kIs16<T>, float, T>;
-constexpr int64_t kChunk = 512;
 
 template <typename T>
 inline void load_f32(const T* src, int64_t stride, float* dst, int64_t n) {

@@ -1,12 +1,22 @@
 #pragma once
 // Kernel registration helpers for the CPU backend (internal).
+#include <type_traits>
 #include <vector>
 
+#include "kiln/core/half.h"
 #include "kiln/core/op_registry.h"
 
 namespace kiln::cpu {
 
 inline constexpr DeviceType kCPU = DeviceType::kCPU;
+
+// 16-bit float storage types compute in float, converted in chunks of kChunk
+// elements that stay in L1 (no whole-tensor conversion passes).
+template <typename T>
+inline constexpr bool kIs16 = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
+template <typename T>
+using compute_t = std::conditional_t<kIs16<T>, float, T>;
+constexpr int64_t kChunk = 512;
 
 // Runs a float kernel for f16/bf16 tensors: inputs of 16-bit float dtype are
 // widened to f32, the f32 kernel runs, and 16-bit float outputs are rounded back.

@@ -11,11 +11,6 @@
 namespace kiln::cpu {
 namespace {
 
-template <typename T>
-inline constexpr bool kIs16 = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
-template <typename T>
-using compute_t = std::conditional_t<kIs16<T>, float, T>;
-constexpr int64_t kChunk = 512;
 
 template <typename T>
 inline void load(const T* src, float* dst, int64_t n) {
