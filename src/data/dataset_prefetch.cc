@@ -76,6 +76,7 @@ struct PrefetchIterator::Impl {
       }
       cv.wait(lk, [&] { return !buf.empty() || ended || ctx.cancelled(); });
     }
+    if (ctx.cancelled()) return false;
     if (!buf.empty()) {
       *out = std::move(buf.front());
       buf.pop_front();

@@ -261,7 +261,7 @@ std::string fmt_logs(const Logs& logs) {
   std::ostringstream os;
   char buf[64];
   for (auto& [k, v] : logs) {
-    if (k == "samples_per_sec" || k == "epoch_time" || k == "learning_rate") continue;
+    if (k == "samples_per_sec" || k == "epoch_time" || k == "learning_rate" || k == "input_wait") continue;
     std::snprintf(buf, sizeof buf, "%.4f", v);
     os << " - " << k << ": " << buf;
   }
@@ -281,10 +281,16 @@ class Progbar : public Callback {
     ++samples_;
     if (verbose_ != 1 || !tty_) return;
     auto now = std::chrono::steady_clock::now();
-    if (batch + 1 < steps_ && std::chrono::duration<double>(now - last_).count() < 0.1) return;
+    if ((steps_ <= 0 || batch + 1 < steps_) && std::chrono::duration<double>(now - last_).count() < 0.1) return;
     last_ = now;
     const int width = 30;
     int64_t done = batch + 1;
+    if (steps_ <= 0) {  // a dataset of unknown length: count only
+      double el = std::chrono::duration<double>(now - t0_).count();
+      std::cout << "\r" << done << "/Unknown - " << static_cast<int>(el) << "s " << fmt_logs(logs) << "\033[K"
+                << std::flush;
+      return;
+    }
     int filled = static_cast<int>(width * done / std::max<int64_t>(1, steps_));
     std::string bar(width, '.');
     for (int i = 0; i < filled; ++i) bar[i] = '=';
@@ -302,7 +308,9 @@ class Progbar : public Callback {
   }
   void on_epoch_end(int epoch, Logs& logs) override {
     char sps[64];
-    std::snprintf(sps, sizeof sps, " - %.0f samples/s", logs.count("samples_per_sec") ? logs["samples_per_sec"] : 0.0);
+    std::snprintf(sps, sizeof sps, " - %.0f samples/s - input wait %.1f%%",
+                  logs.count("samples_per_sec") ? logs["samples_per_sec"] : 0.0,
+                  100 * (logs.count("input_wait") ? logs["input_wait"] : 0.0));
     if (verbose_ == 1 && tty_) {
       std::cout << sps << "\n";
       // Validation figures arrive after the bar finished: print them on their own line.

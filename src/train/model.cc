@@ -195,7 +195,83 @@ History Model::fit(const std::vector<Tensor>& x_in, const std::vector<Tensor>& y
 
   const int64_t batches_per_epoch = (n + opts.batch_size - 1) / opts.batch_size;
   const int64_t steps = opts.steps_per_epoch > 0 ? std::min(opts.steps_per_epoch, batches_per_epoch) : batches_per_epoch;
+  std::vector<int64_t> perm;
+  int perm_epoch = -1;
+  int64_t b = 0;
+  auto next_batch = [&](int epoch, std::vector<Tensor>* bx, std::vector<Tensor>* by) {
+    if (epoch != perm_epoch) {
+      perm = opts.shuffle ? shuffled_indices(n, opts.shuffle_seed + static_cast<uint64_t>(epoch)) : perm;
+      perm_epoch = epoch;
+      b = step_in_epoch;  // > 0 when resuming mid-epoch
+    }
+    if (b >= steps) return false;
+    int64_t lo = b * opts.batch_size, hi = std::min(n, lo + opts.batch_size);
+    *bx = opts.shuffle ? gather_rows(x, perm, lo, hi) : take_rows(x, lo, hi);
+    *by = opts.shuffle ? gather_rows(y, perm, lo, hi) : take_rows(y, lo, hi);
+    ++b;
+    return true;
+  };
+  auto validate = [&] { return evaluate(vx, vy, EvaluateOptions{opts.batch_size, 0, {}}); };
+  return fit_loop(next_batch, steps, vx.empty() ? std::function<Logs()>() : validate, opts);
+}
 
+void Model::split_batch(const data::Element& e, std::vector<Tensor>* x, std::vector<Tensor>* y,
+                        const char* what) const {
+  const size_t n_in = static_cast<size_t>(num_inputs());
+  const size_t n_out = is_functional() ? outputs_.size() : 1;
+  if (e.size() != n_in + n_out && !(y == nullptr && e.size() >= n_in))
+    throw InvalidArgumentError(std::string(what) + ": model '" + name() + "' takes " + std::to_string(n_in) +
+                               " input(s) and " + std::to_string(n_out) + " target(s) per batch, the dataset gives " +
+                               e.desc());
+  x->clear();
+  for (size_t i = 0; i < n_in; ++i) x->push_back(e.tensor(i));
+  if (!y) return;
+  y->clear();
+  for (size_t i = n_in; i < e.size(); ++i) y->push_back(e.tensor(i));
+}
+
+History Model::fit(const data::Dataset& train, FitOptions opts) {
+  require_compiled(*this, compiled_, "fit()");
+  if (opts.epochs < 0) throw InvalidArgumentError("fit: epochs must be >= 0, got " + std::to_string(opts.epochs));
+  if (opts.validation_split != 0)
+    throw InvalidArgumentError("fit: validation_split does not apply to a Dataset; pass validation_data");
+  const int64_t card = train.cardinality();
+  if (card == data::kInfiniteCardinality && opts.steps_per_epoch <= 0)
+    throw InvalidArgumentError("fit: the dataset is infinite (repeat()): give steps_per_epoch");
+  const int64_t steps = opts.steps_per_epoch > 0 ? opts.steps_per_epoch : std::max<int64_t>(card, 0);
+  // steps_per_epoch: one iterator across epochs (a new pass when one ends);
+  // otherwise a fresh pass per epoch.
+  std::optional<data::Iterator> it;
+  int it_epoch = -1;
+  int64_t taken = 0;
+  data::Element e;
+  auto next_batch = [&](int epoch, std::vector<Tensor>* bx, std::vector<Tensor>* by) {
+    if (epoch != it_epoch) {
+      it_epoch = epoch;
+      taken = 0;
+      if (!it || opts.steps_per_epoch <= 0) it.emplace(train.iterator());
+      // Resuming mid-epoch: skip the batches that were done (exact when the dataset's
+      // order is deterministic for a given pass).
+      for (int64_t s = 0; s < step_in_epoch && it->next(&e); ++s) ++taken;
+    }
+    if (opts.steps_per_epoch > 0 && taken >= opts.steps_per_epoch) return false;
+    if (!it->next(&e)) {
+      if (opts.steps_per_epoch <= 0) return false;
+      it.emplace(train.iterator());  // the pass ended before steps_per_epoch: start another
+      if (!it->next(&e)) throw InvalidArgumentError("fit: the dataset is empty");
+    }
+    ++taken;
+    split_batch(e, bx, by, "fit");
+    return true;
+  };
+  std::function<Logs()> validate;
+  if (opts.validation_data) validate = [&] { return evaluate(*opts.validation_data); };
+  return fit_loop(next_batch, steps, validate, opts);
+}
+
+History Model::fit_loop(const NextBatchFn& next_batch, int64_t steps, const std::function<Logs()>& validate,
+                        const FitOptions& opts) {
+  using clock = std::chrono::steady_clock;
   auto history = std::make_shared<HistoryRecorder>();
   std::vector<CallbackPtr> cbs;
   cbs.push_back(history);
@@ -214,33 +290,34 @@ History Model::fit(const std::vector<Tensor>& x_in, const std::vector<Tensor>& y
     metrics::Mean loss_mean("loss");
     Logs epoch_logs;
     for (auto& c : cbs) c->on_epoch_begin(epoch, epoch_logs);
-    std::vector<int64_t> perm = opts.shuffle ? shuffled_indices(n, opts.shuffle_seed + static_cast<uint64_t>(epoch))
-                                             : std::vector<int64_t>();
-    const int64_t first = step_in_epoch;  // > 0 when resuming mid-epoch
-    auto t0 = std::chrono::steady_clock::now();
+    auto t0 = clock::now();
+    double wait = 0;
     int64_t samples = 0;
-    for (int64_t b = first; b < steps && !stop_training; ++b) {
+    std::vector<Tensor> bx, by;
+    for (int64_t b = step_in_epoch; !stop_training; ++b) {
+      auto w0 = clock::now();
+      if (!next_batch(epoch, &bx, &by)) break;
+      wait += std::chrono::duration<double>(clock::now() - w0).count();
       Logs batch_logs;
       for (auto& c : cbs) c->on_train_batch_begin(b, batch_logs);
-      int64_t lo = b * opts.batch_size, hi = std::min(n, lo + opts.batch_size);
-      std::vector<Tensor> bx = opts.shuffle ? gather_rows(x, perm, lo, hi) : take_rows(x, lo, hi);
-      std::vector<Tensor> by = opts.shuffle ? gather_rows(y, perm, lo, hi) : take_rows(y, lo, hi);
+      const int64_t rows = bx.at(0).dim(0);
       Logs step_logs = train_step(bx, by);
-      loss_mean.add(step_logs["loss"], static_cast<double>(hi - lo));
-      samples += hi - lo;
+      loss_mean.add(step_logs["loss"], static_cast<double>(rows));
+      samples += rows;
       batch_logs["loss"] = loss_mean.result();
       for (auto& m : metrics_) batch_logs[m->name()] = m->result();
       step_in_epoch = b + 1;
       for (auto& c : cbs) c->on_train_batch_end(b, batch_logs);
     }
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double secs = std::chrono::duration<double>(clock::now() - t0).count();
     epoch_logs["loss"] = loss_mean.result();
     for (auto& m : metrics_) epoch_logs[m->name()] = m->result();
     epoch_logs["learning_rate"] = opts_.optimizer->learning_rate();
     epoch_logs["samples_per_sec"] = secs > 0 ? static_cast<double>(samples) / secs : 0;
     epoch_logs["epoch_time"] = secs;
-    if (!vx.empty()) {
-      Logs val = evaluate(vx, vy, EvaluateOptions{opts.batch_size, 0, {}});
+    epoch_logs["input_wait"] = secs > 0 ? wait / secs : 0;
+    if (validate) {
+      Logs val = validate();
       for (auto& [k, v] : val) epoch_logs["val_" + k] = v;
     }
     epoch_counter = epoch + 1;
@@ -282,6 +359,45 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, int64_t batch_s
   std::vector<std::vector<Tensor>> parts;
   for (int64_t lo = 0; lo < n; lo += batch_size) {
     std::vector<Tensor> outs = (*this)(take_rows(x, lo, std::min(n, lo + batch_size)), /*training=*/false);
+    if (parts.empty()) parts.resize(outs.size());
+    for (size_t i = 0; i < outs.size(); ++i) parts[i].push_back(outs[i]);
+  }
+  std::vector<Tensor> result;
+  for (auto& p : parts) result.push_back(p.size() == 1 ? p[0] : ops::concat(p, 0));
+  return result;
+}
+
+Logs Model::evaluate(const data::Dataset& ds, EvaluateOptions opts) {
+  require_compiled(*this, compiled_, "evaluate()");
+  if (ds.cardinality() == data::kInfiniteCardinality)
+    throw InvalidArgumentError("evaluate: the dataset is infinite (repeat()); take() a finite part");
+  Logs logs;
+  for (auto& c : opts.callbacks) c->set_model(this);
+  for (auto& c : opts.callbacks) c->on_test_begin(logs);
+  std::vector<MetricPtr> ms;
+  for (auto& m : opts_.metrics) ms.push_back(resolve_metric(m, opts_.loss[0]->name()));
+  metrics::Mean loss_mean("loss");
+  std::vector<Tensor> bx, by;
+  for (const data::Element& e : ds.iterator()) {
+    split_batch(e, &bx, &by, "evaluate");
+    std::vector<Tensor> preds = (*this)(bx, /*training=*/false);
+    loss_mean.add(total_loss(by, preds).item<double>(), static_cast<double>(bx.at(0).dim(0)));
+    for (auto& m : ms) m->update(by.at(0), preds.at(0));
+  }
+  logs["loss"] = loss_mean.result();
+  for (auto& m : ms) logs[m->name()] = m->result();
+  for (auto& c : opts.callbacks) c->on_test_end(logs);
+  return logs;
+}
+
+std::vector<Tensor> Model::predict(const data::Dataset& ds) {
+  if (ds.cardinality() == data::kInfiniteCardinality)
+    throw InvalidArgumentError("predict: the dataset is infinite (repeat()); take() a finite part");
+  std::vector<std::vector<Tensor>> parts;
+  std::vector<Tensor> bx;
+  for (const data::Element& e : ds.iterator()) {
+    split_batch(e, &bx, nullptr, "predict");
+    std::vector<Tensor> outs = (*this)(bx, /*training=*/false);
     if (parts.empty()) parts.resize(outs.size());
     for (size_t i = 0; i < outs.size(); ++i) parts[i].push_back(outs[i]);
   }

@@ -18,10 +18,12 @@
 // runs produce the same weights and losses.
 //
 // Thread-safety: none.
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <vector>
 
+#include "kiln/data/dataset.h"
 #include "kiln/train/callbacks.h"
 #include "kiln/train/checkpoint.h"
 #include "kiln/train/layer.h"
@@ -51,6 +53,8 @@ struct FitOptions {
   int verbose = 1;                         // 0 silent, 1 progress bar, 2 one line per epoch
   int initial_epoch = 0;
   int64_t steps_per_epoch = 0;             // 0: all batches
+  // Validation batches when fitting on a Dataset (see fit(const data::Dataset&)).
+  std::optional<data::Dataset> validation_data = std::nullopt;
 };
 
 struct EvaluateOptions {
@@ -73,6 +77,17 @@ class Model : public Layer {
   History fit(const Tensor& x, const Tensor& y, FitOptions opts = {}) {
     return fit(std::vector<Tensor>{x}, std::vector<Tensor>{y}, std::move(opts));
   }
+  // Fits on a Dataset of batches (tf.data style): each element holds the model inputs
+  // (the first num_inputs() components: 1 for Sequential) then the targets (one per
+  // output). batch_size, shuffle and validation_split do not apply (batch and shuffle
+  // the dataset); steps_per_epoch > 0 takes that many batches per epoch from one
+  // iterator that continues across epochs (needed for infinite datasets), 0 runs each
+  // epoch to the end of a fresh pass. Epoch logs gain "input_wait": the share of the
+  // epoch spent waiting for the next batch (prefetch() brings it towards 0).
+  History fit(const data::Dataset& train, FitOptions opts = {});
+  Logs evaluate(const data::Dataset& data, EvaluateOptions opts = {});
+  // Outputs for every batch of a Dataset (components beyond the inputs are ignored).
+  std::vector<Tensor> predict(const data::Dataset& data);
   // Loss and metrics over the data ({"loss": .., "accuracy": ..}).
   Logs evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y, EvaluateOptions opts = {});
   Logs evaluate(const Tensor& x, const Tensor& y, EvaluateOptions opts = {}) {
@@ -115,6 +130,13 @@ class Model : public Layer {
   // Sets up the functional graph (topological order of the nodes).
   void init_graph(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs);
   void uniquify_names();
+  // The epoch loop shared by both fit()s: `next_batch(epoch, &x, &y)` gives the
+  // epoch's batches until it returns false; `steps` is their number (0: unknown).
+  using NextBatchFn = std::function<bool(int epoch, std::vector<Tensor>* x, std::vector<Tensor>* y)>;
+  History fit_loop(const NextBatchFn& next_batch, int64_t steps, const std::function<Logs()>& validate,
+                   const FitOptions& opts);
+  // Splits a dataset element into model inputs and targets.
+  void split_batch(const data::Element& e, std::vector<Tensor>* x, std::vector<Tensor>* y, const char* what) const;
   // Sum of the (weighted) losses of every output.
   Tensor total_loss(const std::vector<Tensor>& y, const std::vector<Tensor>& preds);
   // Every weight under its model path ("dense_1/kernel"): stable across runs.
