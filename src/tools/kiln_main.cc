@@ -9,6 +9,7 @@
 #include "kiln/core/parallel.h"
 #include "kiln/core/version.h"
 #include "demo.h"
+#include "records_cmd.h"
 #include "train_cmd.h"
 
 namespace {
@@ -64,12 +65,15 @@ int main(int argc, char** argv) {
   demo->add_option("-n,--size", demo_n, "matmul size")->check(CLI::Range(int64_t{16}, int64_t{8192}));
   kiln::tools::TrainArgs train_args;
   auto* train = kiln::tools::add_train_command(app, train_args);
+  kiln::tools::RecordsArgs records_args;
+  auto* records = kiln::tools::add_records_command(app, records_args);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*ops) return cmd_ops(verbose);
     if (*devices) return cmd_devices();
     if (*demo) return kiln::tools::run_demo(demo_n);
     if (*train) return kiln::tools::run_train(train_args);
+    if (*records) return kiln::tools::run_records(records_args);
     std::cout << app.help();
     return 0;
   } catch (const std::exception& e) {
