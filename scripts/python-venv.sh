@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes the Python venv that fixture generators and interop tests use: build/venv (or
-# the directory given as $1) with numpy and tensorboard from PyPI. Idempotent: creates
+# the directory given as $1) with numpy, tensorboard and tensorflow-cpu from PyPI. Idempotent: creates
 # the venv only when missing and installs only the packages that do not import.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,8 +14,11 @@ else
 fi
 
 # module name -> pip requirement
-declare -A want=([numpy]="numpy>=1.24,<3" [tensorboard]="tensorboard>=2.14,<3")
-for mod in numpy tensorboard; do
+# tensorflow-cpu: the interop tests (TFRecord / tf.train.Example both ways) and the
+# tf.data peer of bench/input_compare.sh. pip's cache makes reinstalls cheap.
+declare -A want=([numpy]="numpy>=1.24,<3" [tensorboard]="tensorboard>=2.14,<3" [tensorflow]="tensorflow-cpu>=2.16,<3")
+export TF_CPP_MIN_LOG_LEVEL=2  # quiet imports
+for mod in numpy tensorboard tensorflow; do
   if "$venv/bin/python" -c "import $mod" 2>/dev/null; then
     echo "python-venv: $mod $("$venv/bin/python" -c "import $mod; print($mod.__version__)") present"
   else

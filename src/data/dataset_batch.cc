@@ -251,7 +251,7 @@ class UnbatchNode : public DatasetNode {
 
 }  // namespace
 
-Value stack_component(const std::vector<Element>& elems, size_t c) {
+Value stack_component(std::vector<Element>& elems, size_t c) {
   const Element& e0 = elems[0];
   KILN_CHECK_ARG(c < e0.size(), "batch: component ", c, " missing");
   const Value& first = e0[c];
@@ -272,8 +272,8 @@ Value stack_component(const std::vector<Element>& elems, size_t c) {
   if (first.is_string()) {
     std::vector<std::string> vals;
     vals.reserve(static_cast<size_t>(shape.numel()));
-    for (const auto& e : elems)
-      for (const auto& s : e[c].strings().values) vals.push_back(s);
+    for (auto& e : elems)
+      for (auto& s : e[c].strings().values) vals.push_back(std::move(s));
     return StringTensor(shape, std::move(vals));
   }
   const Tensor& t0 = first.tensor();

@@ -12,7 +12,7 @@ namespace {
 class InterleaveNode : public DatasetNode {
  public:
   InterleaveNode(NodePtr input, Dataset::InterleaveFn fn, InterleaveOptions o)
-      : DatasetNode("Interleave", ElementSpec{},
+      : DatasetNode("Interleave", o.output_spec,
                     input->cardinality() == kInfiniteCardinality ? kInfiniteCardinality : kUnknownCardinality, {input}),
         fn_(std::move(fn)), options_(o) {}
 

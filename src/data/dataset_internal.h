@@ -89,7 +89,8 @@ int resolve_parallelism(int64_t requested, const IterContext& ctx, const char* w
 
 // Stacks equal-shaped components of `elements` along a new dimension 0 (batch);
 // InvalidArgumentError naming the component and both shapes when they differ.
-Value stack_component(const std::vector<Element>& elements, size_t component);
+// String values are moved out of the elements.
+Value stack_component(std::vector<Element>& elements, size_t component);
 // Row `i` of a value's dimension 0 (a view for tensors).
 Value slice_row(const Value& v, int64_t i);
 

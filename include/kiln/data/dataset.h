@@ -108,6 +108,7 @@ struct InterleaveOptions {
   int64_t block_length = 1;          // consecutive elements taken from each
   int64_t num_parallel_calls = 0;    // 0: sequential; N or kAutotune: background threads
   bool deterministic = true;
+  ElementSpec output_spec = {};      // what the datasets give, if known (see MapOptions)
 };
 
 class Dataset {
