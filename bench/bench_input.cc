@@ -3,7 +3,7 @@
 //
 //   bench_input write DIR [--shards N]        writes DIR/train-0000i-of-0000N.tfrecord
 //   bench_input read DIR [--threads T] [--runs R] [--batch B]
-//   bench_input fit [--epochs E]              input_wait with and without prefetch
+//   bench_input fit DIR [--epochs E] [--prefetch 0|1]  input_wait without / with prefetch (default both)
 // The tf.data peer is bench/input_pipeline_tf.py; bench/input_compare.sh runs both.
 #include <algorithm>
 #include <chrono>
@@ -116,8 +116,9 @@ int read_bench(const std::string& dir, int threads, int runs, int batch) {
 
 // Trains the MLP one epoch over a TFRecord pipeline whose parse is made slower than
 // the step would hide without prefetch: reports input_wait with and without it.
-int fit_bench(const std::string& dir, int epochs, int threads) {
+int fit_bench(const std::string& dir, int epochs, int threads, int only) {
   for (bool prefetch : {false, true}) {
+    if (only >= 0 && prefetch != (only == 1)) continue;
     set_seed(1);
     using namespace kiln::train;
     auto m = std::make_shared<Sequential>(
@@ -128,11 +129,10 @@ int fit_bench(const std::string& dir, int epochs, int threads) {
     auto to_batch = [parser](const Element& b) {
       Element ex = parser.parse_batch(b[0].strings());
       const StringTensor& img = ex["image"].strings();
-      std::vector<float> px(static_cast<size_t>(img.numel()) * 784);
+      Tensor u8 = Tensor::empty({img.numel(), 28, 28}, DType::kU8);
       for (int64_t i = 0; i < img.numel(); ++i)
-        for (int k = 0; k < 784; ++k)
-          px[static_cast<size_t>(i * 784 + k)] = static_cast<uint8_t>(img.values[static_cast<size_t>(i)][k]) / 255.0f;
-      return Element{Value(Tensor::from_vector<float>(px, {img.numel(), 28, 28})), ex["label"]};
+        std::memcpy(u8.data<uint8_t>() + i * 784, img.values[static_cast<size_t>(i)].data(), 784);
+      return Element{Value(ops::mul(u8.to(DType::kF32), Tensor::scalar<float>(1.0f / 255))), ex["label"]};
     };
     Dataset ds = tfrecord_dataset({dir + "/train-*.tfrecord"}, {.num_parallel_reads = prefetch ? threads : 1})
                      .shuffle(4096, 7)
@@ -160,7 +160,9 @@ int main(int argc, char** argv) {
     if (mode == "read")
       return read_bench(dir, arg_int(argc, argv, "--threads", 2), arg_int(argc, argv, "--runs", 5),
                         arg_int(argc, argv, "--batch", 256));
-    if (mode == "fit") return fit_bench(dir, arg_int(argc, argv, "--epochs", 2), arg_int(argc, argv, "--threads", 2));
+    if (mode == "fit")
+      return fit_bench(dir, arg_int(argc, argv, "--epochs", 2), arg_int(argc, argv, "--threads", 2),
+                       arg_int(argc, argv, "--prefetch", -1));
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

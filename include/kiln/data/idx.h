@@ -5,7 +5,10 @@
 // Spec: docs/formats/idx.md.
 #include <string>
 
+#include <vector>
+
 #include "kiln/core/tensor.h"
+#include "kiln/data/dataset.h"
 
 namespace kiln::data {
 
@@ -25,5 +28,10 @@ struct FashionMnist {
 // KILN_FASHION_MNIST_DIR environment variable overrides the default. Throws
 // NotFoundError naming the missing file and the package that provides it.
 FashionMnist load_fashion_mnist(const std::string& dir = "");
+
+// A Dataset over IDX files read once when it is built: element i holds row i of
+// every file (e.g. {images, labels} -> (u8[28, 28], u8[])). The files must agree in
+// their first dimension (InvalidArgumentError naming both).
+Dataset idx_dataset(const std::vector<std::string>& files);
 
 }  // namespace kiln::data
