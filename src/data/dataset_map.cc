@@ -157,9 +157,9 @@ class ParallelMapIterator : public IteratorImpl {
         std::lock_guard<std::mutex> lk(mu_);
         --reserved_;
         if (error) {
-          slot->error = error;
+          slot->error = std::move(error);  // no reference left in this thread
           slot->done = true;
-          results_.push_back(slot);
+          results_.push_back(std::move(slot));
         }
         if (!got) {
           input_done_ = true;
@@ -179,6 +179,9 @@ class ParallelMapIterator : public IteratorImpl {
         std::lock_guard<std::mutex> lk(mu_);
         slot->done = true;
         --in_flight_;
+        // Drop this thread's reference under the lock: the consumer, which takes the
+        // slot under the same lock, then owns (and destroys) the result and any error.
+        slot.reset();
       }
       cv_.notify_all();
     }

@@ -49,7 +49,7 @@ struct PrefetchIterator::Impl {
       }
       std::lock_guard<std::mutex> lk(mu);
       if (err) {
-        error = err;
+        error = std::move(err);  // no reference left in this thread (see dataset_map.cc)
         ended = true;
       } else if (!got) {
         ended = true;
