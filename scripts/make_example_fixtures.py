@@ -186,12 +186,12 @@ def main():
         os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "example")
     os.makedirs(out_dir, exist_ok=True)
     exs = examples()
-    ser = [e.SerializeToString() for e in exs]
+    ser = [e.SerializeToString(deterministic=True) for e in exs]  # map keys sorted: reproducible files
     with tf.io.TFRecordWriter(os.path.join(out_dir, "examples.tfrecord")) as w:
         for s in ser:
             w.write(s)
     seqs = sequence_examples()
-    seq_ser = [s.SerializeToString() for s in seqs]
+    seq_ser = [s.SerializeToString(deterministic=True) for s in seqs]
     with tf.io.TFRecordWriter(os.path.join(out_dir, "sequence_examples.tfrecord")) as w:
         for s in seq_ser:
             w.write(s)

@@ -99,9 +99,7 @@ const char* wire_name(uint32_t wire) {
   f->number = static_cast<uint32_t>(tag >> 3);
   f->wire = static_cast<uint32_t>(tag & 7);
   switch (f->wire) {
-    case kVarint:
-      f->value = read_varint(p, end, c);
-      return true;
+    case kVarint: f->value = read_varint(p, end, c); return true;
     case kLen: {
       const u8* at = p;
       uint64_t n = read_varint(p, end, c);
@@ -129,9 +127,9 @@ const char* wire_name(uint32_t wire) {
 
 inline void expect_wire(const Field& f, uint32_t wire, const char* field, const Ctx& c) {
   if (f.wire != wire) [[unlikely]]
-    malformed(c, str_cat(field, " (field ", f.number, ") has wire type ", wire_name(f.wire), ", expected ",
-                         wire_name(wire)),
-              f.start);
+    malformed(
+        c, str_cat(field, " (field ", f.number, ") has wire type ", wire_name(f.wire), ", expected ", wire_name(wire)),
+        f.start);
 }
 
 // ---- Feature: scan, then decode ----
@@ -170,8 +168,7 @@ int64_t count_list(Feature::Kind kind, Span list, const Ctx& c) {
       case Feature::kFloat:
         if (f.wire == kLen) {
           if (f.bytes.size() % 4 != 0)
-            malformed(c, str_cat("packed FloatList.value of ", f.bytes.size(), " bytes, not a multiple of 4"),
-                      f.start);
+            malformed(c, str_cat("packed FloatList.value of ", f.bytes.size(), " bytes, not a multiple of 4"), f.start);
           n += static_cast<int64_t>(f.bytes.size() / 4);
         } else {
           expect_wire(f, kFixed32, list_name(kind), c);
@@ -190,8 +187,7 @@ int64_t count_list(Feature::Kind kind, Span list, const Ctx& c) {
           ++n;
         }
         break;
-      default:
-        break;
+      default: break;
     }
   }
   return n;
@@ -319,8 +315,7 @@ Feature decode_feature(std::span<const Span> segs, const Ctx& c) {
       out.ints.resize(s.count);
       decode_run(segs, s, out.ints.data(), c);
       break;
-    case Feature::kNone:
-      break;
+    case Feature::kNone: break;
   }
   return out;
 }
@@ -403,14 +398,9 @@ size_t list_size(const Feature& f, size_t* packed) {
       for (const auto& s : f.bytes) n += len_field_size(s.size());
       return n;
     }
-    case Feature::kFloat:
-      *packed = 4 * f.floats.size();
-      return f.floats.empty() ? 0 : len_field_size(*packed);
-    case Feature::kInt64:
-      *packed = packed_ints_size(f.ints);
-      return f.ints.empty() ? 0 : len_field_size(*packed);
-    case Feature::kNone:
-      return 0;
+    case Feature::kFloat: *packed = 4 * f.floats.size(); return f.floats.empty() ? 0 : len_field_size(*packed);
+    case Feature::kInt64: *packed = packed_ints_size(f.ints); return f.ints.empty() ? 0 : len_field_size(*packed);
+    case Feature::kNone: return 0;
   }
   return 0;
 }
@@ -469,8 +459,7 @@ char* write_feature(char* p, const Feature& f, Sizes* sz) {
       p = put_varint(p, packed);
       for (int64_t x : f.ints) p = put_varint(p, static_cast<uint64_t>(x));
       break;
-    case Feature::kNone:
-      break;
+    case Feature::kNone: break;
   }
   return p;
 }
@@ -564,7 +553,7 @@ struct Slot {
   std::string name;
   Feature::Kind kind = Feature::kFloat;
   bool var_len = false;
-  bool sequence = false;  // a feature list: rows are time steps
+  bool sequence = false;       // a feature list: rows are time steps
   std::vector<int64_t> shape;  // per row (FixedLen)
   int64_t numel = 0;
   std::optional<Feature> default_value;
@@ -583,12 +572,11 @@ void check_kind(Feature::Kind k, const std::string& name) {
 }
 
 int64_t checked_numel(const std::vector<int64_t>& shape, const std::string& name) {
-  KILN_CHECK_ARG(static_cast<int>(shape.size()) < Shape::kMaxRank, "feature '", name, "': shape of rank ",
-                 shape.size(), " (at most ", Shape::kMaxRank - 1, " leaves room for the batch dimension)");
+  KILN_CHECK_ARG(static_cast<int>(shape.size()) < Shape::kMaxRank, "feature '", name, "': shape of rank ", shape.size(),
+                 " (at most ", Shape::kMaxRank - 1, " leaves room for the batch dimension)");
   int64_t n = 1;
   for (int64_t d : shape) {
-    KILN_CHECK_ARG(d >= 0, "feature '", name, "': shape ", shape_str(shape),
-                   " must be fully defined (dims >= 0)");
+    KILN_CHECK_ARG(d >= 0, "feature '", name, "': shape ", shape_str(shape), " must be fully defined (dims >= 0)");
     KILN_CHECK_ARG(d == 0 || n <= (int64_t{1} << 40) / d, "feature '", name, "': shape ", shape_str(shape),
                    " is too large");
     n *= d;
@@ -715,8 +703,8 @@ class Column {
     }
     if (s.kind == Feature::kNone) return;  // an empty Feature counts as absent
     if (s.kind != slot_.kind) [[unlikely]]
-      throw InvalidArgumentError(str_cat(where(row, c, row_name), ": expected ", feature_kind_name(slot_.kind),
-                                         " (", slot_.what(), "), got ", feature_kind_name(s.kind)));
+      throw InvalidArgumentError(str_cat(where(row, c, row_name), ": expected ", feature_kind_name(slot_.kind), " (",
+                                         slot_.what(), "), got ", feature_kind_name(s.kind)));
     if (!slot_.var_len) {
       if (s.count != slot_.numel) [[unlikely]]
         throw InvalidArgumentError(str_cat(where(row, c, row_name), ": expected ", slot_.numel, " values (",
@@ -762,8 +750,8 @@ class Column {
       if (absent_is_empty)
         throw InvalidArgumentError(str_cat(where(row, c, row_name), ": expected ", slot_.numel, " values (",
                                            slot_.what(), "), got an empty Feature"));
-      throw InvalidArgumentError(str_cat(where(row, c, row_name), " is missing and has no default (",
-                                         slot_.what(), ")"));
+      throw InvalidArgumentError(
+          str_cat(where(row, c, row_name), " is missing and has no default (", slot_.what(), ")"));
     }
     const Feature& d = *slot_.default_value;
     size_t off = static_cast<size_t>(row * slot_.numel);
@@ -793,9 +781,9 @@ class Column {
     } else {
       int64_t width = rows_ ? *std::max_element(lengths_.begin(), lengths_.end()) : 0;
       if (width && rows_ > kMaxPaddedValues / width)
-        throw ResourceExhaustedError(str_cat(slot_.sequence ? "feature list '" : "feature '", slot_.name,
-                                             "': padding ", rows_, " rows to the longest (", width,
-                                             " values) needs more than ", kMaxPaddedValues, " values"));
+        throw ResourceExhaustedError(str_cat(slot_.sequence ? "feature list '" : "feature '", slot_.name, "': padding ",
+                                             rows_, " rows to the longest (", width, " values) needs more than ",
+                                             kMaxPaddedValues, " values"));
       Shape shape{rows_, width};
       switch (slot_.kind) {
         case Feature::kBytes: {
@@ -1090,8 +1078,7 @@ Element parse_examples(const StringTensor& serialized, const ExampleSpec& spec) 
   return ExampleParser(spec).parse_batch(serialized);
 }
 
-Element parse_sequence_example(std::string_view serialized, const ExampleSpec& context,
-                               const SequenceSpec& sequence) {
+Element parse_sequence_example(std::string_view serialized, const ExampleSpec& context, const SequenceSpec& sequence) {
   SlotSet ctx_set, seq_set;
   for (const auto& [name, s] : context) ctx_set.slots.push_back(make_slot(name, s));
   for (const auto& [name, s] : sequence) seq_set.slots.push_back(make_sequence_slot(name, s));
@@ -1134,8 +1121,8 @@ Element parse_sequence_example(std::string_view serialized, const ExampleSpec& c
   for (size_t i = 0; i < seq_set.slots.size(); ++i) {
     const Slot& slot = seq_set.slots[i];
     if (!present[i] && !slot.allow_missing)
-      throw InvalidArgumentError(str_cat("feature list '", slot.name, "' is missing (", slot.what(),
-                                         "; allow_missing is false)"));
+      throw InvalidArgumentError(
+          str_cat("feature list '", slot.name, "' is missing (", slot.what(), "; allow_missing is false)"));
     int64_t steps = 0;
     for_each_step(lists[i], c, [&](Span) { ++steps; });
     Column col(slot, steps, true);

@@ -72,8 +72,9 @@ int main(int argc, char** argv) {
       fs["label"] = Feature::of_ints({i % 10});
       fs["vec"] = Feature::of_floats({0.5f * i, -0.0f, i % 2 ? inf : 1e-45f});
       std::vector<int64_t> ids;
-      for (int k = 0; k < i % 4; ++k) ids.push_back(k == 1 ? std::numeric_limits<int64_t>::min() : int64_t{1} << (8 * k + i));
-      if (i % 3) fs["ids"] = Feature::of_ints(ids);          // absent from every third record
+      for (int k = 0; k < i % 4; ++k)
+        ids.push_back(k == 1 ? std::numeric_limits<int64_t>::min() : int64_t{1} << (8 * k + i));
+      if (i % 3) fs["ids"] = Feature::of_ints(ids);  // absent from every third record
       std::vector<std::string> tags(i % 3, std::string("t") + std::to_string(i));
       fs["tags"] = i == 5 ? Feature{} : Feature::of_bytes(tags);  // record 5: a Feature with no list
       fs["empty"] = Feature::of_floats({});

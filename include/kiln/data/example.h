@@ -161,7 +161,6 @@ Element parse_examples(const StringTensor& serialized, const ExampleSpec& spec);
 // A SequenceExample: the context features as parse_example gives them, then the
 // feature lists ([T, ...]); context and sequence names must not collide
 // (InvalidArgumentError). Like tf.io.parse_single_sequence_example, in one element.
-Element parse_sequence_example(std::string_view serialized, const ExampleSpec& context,
-                               const SequenceSpec& sequence);
+Element parse_sequence_example(std::string_view serialized, const ExampleSpec& context, const SequenceSpec& sequence);
 
 }  // namespace kiln::data
