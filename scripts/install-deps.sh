@@ -9,6 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev             # the kiln command line
   zlib1g-dev               # gzip IDX files
+  libpng-dev libjpeg62-turbo-dev   # image decoding (kiln/data/image.h): PNG, JPEG
   libboost-dev             # Boost.CRC (CRC-32C of TFRecord, event files, checkpoints)
   libprotobuf-dev protobuf-compiler   # TensorBoard Event protos (proto/)
   nlohmann-json3-dev       # checkpoint (safetensors) headers, metrics JSON
