@@ -1,4 +1,5 @@
 // The Dataset facade, the public Iterator, and the pipeline-wide state.
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,6 +45,8 @@ void rethrow_with_context(const std::string& where) {
     throw InvalidArgumentError(where + ": unknown exception");
   }
 }
+
+void init_pipeline_thread(const char* name) { ::pthread_setname_np(::pthread_self(), name); }
 
 int resolve_parallelism(int64_t requested, const IterContext& ctx, const char* what) {
   if (requested == kAutotune) return ctx.cpu_budget;

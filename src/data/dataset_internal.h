@@ -84,6 +84,10 @@ using NodePtr = std::shared_ptr<const DatasetNode>;
 // Budgets from options (0 -> defaults: hardware threads, physical RAM / 8).
 IterContext resolve_context(const PipelineOptions& options, std::shared_ptr<PipelineState> state);
 
+// Called first on every pipeline thread: names it for debuggers and top. (Lowering
+// their priority was measured not to help a 2-core training run: docs/benchmarks.md.)
+void init_pipeline_thread(const char* name);
+
 // Resolves a parallelism argument: 0 -> 0 (inline), kAutotune -> cpu budget, N -> N.
 int resolve_parallelism(int64_t requested, const IterContext& ctx, const char* what);
 

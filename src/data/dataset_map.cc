@@ -76,7 +76,10 @@ class ParallelMapIterator : public IteratorImpl {
       cv_.notify_all();
     });
     workers_.reserve(parallelism_);
-    for (size_t i = 0; i < parallelism_; ++i) workers_.emplace_back([this] { work(); });
+    for (size_t i = 0; i < parallelism_; ++i) workers_.emplace_back([this] {
+      init_pipeline_thread("kiln-data-map");
+      work();
+    });
   }
 
   ~ParallelMapIterator() override {

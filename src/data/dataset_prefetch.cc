@@ -17,7 +17,10 @@ struct PrefetchIterator::Impl {
       std::lock_guard<std::mutex> lk(mu);
       cv.notify_all();
     });
-    thread = std::thread([this] { run(); });
+    thread = std::thread([this] {
+      init_pipeline_thread("kiln-prefetch");
+      run();
+    });
   }
   ~Impl() {
     {
