@@ -12,7 +12,6 @@
 //             column without a default
 //   bit 6     na_value "NA" (else "")
 // Seeds: fuzz/corpus/csv.
-#include <zlib.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -22,24 +21,13 @@
 #include "data/csv_internal.h"
 #include "kiln/core/error.h"
 #include "kiln/data/csv.h"
+#include "../tests/zlib_ref.h"  // the reference compressor
+
+using kiln::testing::deflate_ref;
 
 namespace {
 
 using namespace kiln::data;  // NOLINT
-
-std::string gzip(const std::string& in) {
-  z_stream zs{};
-  if (deflateInit2(&zs, 1, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY) != Z_OK) __builtin_trap();
-  std::string out(deflateBound(&zs, in.size()) + 64, '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  zs.avail_in = static_cast<uInt>(in.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  if (deflate(&zs, Z_FINISH) != Z_STREAM_END) __builtin_trap();
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
 
 // Elements (names, types and values) or the error, as text.
 std::string read(const std::string& data, const CsvOptions& opt) {
@@ -95,7 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   if (read(data, small) != want) __builtin_trap();
   CsvOptions gz = small;
   gz.compression = Compression::kGzip;
-  if (read(gzip(data), gz) != want) __builtin_trap();
+  if (read(deflate_ref(data, true, 1), gz) != want) __builtin_trap();
 
   try {
     std::vector<std::string> fields = parse_csv_line(data, opt.delimiter, opt.quoting);

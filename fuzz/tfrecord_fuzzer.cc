@@ -9,7 +9,6 @@
 //   bit 3: skip_corrupt
 //   bit 4: a 64-byte buffer (refills, growth, compaction) instead of the default
 // Seeds: fuzz/corpus/tfrecord.
-#include <zlib.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +18,9 @@
 #include "kiln/core/crc32c.h"
 #include "kiln/core/error.h"
 #include "kiln/data/tfrecord.h"
+#include "../tests/zlib_ref.h"  // the reference compressor
+
+using kiln::testing::deflate_ref;
 
 namespace {
 
@@ -37,20 +39,6 @@ std::string frame(const std::string& rec) {
   f += rec;
   put_le(&f, kiln::crc32c_mask(kiln::crc32c(rec.data(), rec.size())), 4);
   return f;
-}
-
-std::string compress(const std::string& in, bool gzip) {
-  z_stream zs{};
-  if (deflateInit2(&zs, 1, Z_DEFLATED, gzip ? 31 : 15, 8, Z_DEFAULT_STRATEGY) != Z_OK) __builtin_trap();
-  std::string out(deflateBound(&zs, in.size()) + 64, '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  zs.avail_in = static_cast<uInt>(in.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  if (deflate(&zs, Z_FINISH) != Z_STREAM_END) __builtin_trap();
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
 }
 
 struct Result {
@@ -115,8 +103,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
       break;
     default: {
       bool gzip = mode % 8 % 6 == 4;
-      std::string z = gzip ? compress(data.substr(0, data.size() / 2), true) + compress(data.substr(data.size() / 2), true)
-                           : compress(data, false);
+      // gzip: two concatenated members (readers must continue across them).
+      std::string z = gzip ? deflate_ref(data.substr(0, data.size() / 2), true, 1) +
+                                 deflate_ref(data.substr(data.size() / 2), true, 1)
+                           : deflate_ref(data, false, 1);
       TFRecordReaderOptions plain_opt;
       plain_opt.skip_corrupt = opt.skip_corrupt;
       Result want = read(data, plain_opt, &data);

@@ -1,7 +1,6 @@
 #include "kiln/data/csv.h"
 
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <cmath>
 #include <filesystem>
@@ -11,6 +10,9 @@
 
 #include "data/csv_internal.h"
 #include "test_util.h"
+#include "zlib_ref.h"
+
+using kiln::testing::deflate_ref;
 
 namespace kiln::data {
 namespace {
@@ -18,20 +20,6 @@ namespace {
 using kiln::testing::TempDir;
 using kiln::testing::write_bytes;
 using Fields = std::vector<std::string>;
-
-std::string gzip_ref(const std::string& in) {
-  z_stream zs{};
-  EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&zs, in.size()) + 64, '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  zs.avail_in = static_cast<uInt>(in.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
 
 std::vector<Element> all(const Dataset& ds) {
   std::vector<Element> out;
@@ -189,7 +177,7 @@ TEST(CsvDataset, DialectDetails) {
   for (size_t buffer : {1, 2, 3, 4, 64}) {  // a BOM split between reads, plain and gzip
     for (auto comp : {Compression::kNone, Compression::kGzip}) {
       CsvOptions o{.columns = {{"k", CsvType::kI32}}, .delimiter = ';', .compression = comp, .buffer_bytes = buffer};
-      auto r = internal::read_csv_string(comp == Compression::kGzip ? gzip_ref(text) : text, o);
+      auto r = internal::read_csv_string(comp == Compression::kGzip ? deflate_ref(text, true) : text, o);
       ASSERT_EQ(r.size(), 3u) << buffer;
       EXPECT_EQ(r[0].names(), Fields{"k"});
     }
@@ -217,7 +205,7 @@ TEST(CsvDataset, SmallBuffersAndGzipGiveTheSameRecords) {
   auto small = internal::read_csv_string(text, opt);
   opt.buffer_bytes = 16;
   opt.compression = Compression::kAuto;
-  auto gz = internal::read_csv_string(gzip_ref(text), opt);
+  auto gz = internal::read_csv_string(deflate_ref(text, true), opt);
   ASSERT_EQ(small.size(), want.size());
   ASSERT_EQ(gz.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
@@ -227,7 +215,7 @@ TEST(CsvDataset, SmallBuffersAndGzipGiveTheSameRecords) {
   }
   // Through files and the pipeline.
   TempDir dir("csv");
-  write_bytes(dir.file("t.csv.gz"), gzip_ref(text));
+  write_bytes(dir.file("t.csv.gz"), deflate_ref(text, true));
   auto ds = csv_dataset({dir.file("t.csv.gz")}, {.columns = {{"n", CsvType::kI64}}, .compression = Compression::kGzip})
                 .batch(100);
   int64_t batches = 0, sum = 0;

@@ -1,34 +1,21 @@
 #include "kiln/data/text.h"
 
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "test_util.h"
+#include "zlib_ref.h"
+
+using kiln::testing::deflate_ref;
 
 namespace kiln::data {
 namespace {
 
 using kiln::testing::TempDir;
 using kiln::testing::write_bytes;
-
-// zlib's own deflate: gzip (windowBits 31) or zlib (15) framing.
-std::string deflate_ref(const std::string& in, bool gzip) {
-  z_stream zs{};
-  EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, gzip ? 31 : 15, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&zs, in.size()) + 64, '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  zs.avail_in = static_cast<uInt>(in.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
 
 std::vector<std::string> lines_of(const Dataset& ds) {
   std::vector<std::string> out;

@@ -11,6 +11,9 @@
 
 #include "kiln/core/file_io.h"
 #include "test_util.h"
+#include "zlib_ref.h"
+
+using kiln::testing::deflate_ref;
 
 namespace kiln::data {
 namespace {
@@ -270,21 +273,6 @@ std::string inflate_ref(const std::string& in, bool gzip) {
     }
   }
   inflateEnd(&zs);
-  return out;
-}
-
-// Compresses with zlib itself: gzip or zlib, in one stream.
-std::string deflate_ref(const std::string& in, bool gzip) {
-  z_stream zs{};
-  EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, gzip ? 31 : 15, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&zs, in.size()) + 64, '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  zs.avail_in = static_cast<uInt>(in.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
   return out;
 }
 
