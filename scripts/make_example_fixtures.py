@@ -5,6 +5,7 @@ usage: /tmp/tfvenv/bin/python scripts/make_example_fixtures.py [OUT_DIR]
 (any python with tensorflow and numpy). Outputs:
   examples.tfrecord           Examples, written by tf.io.TFRecordWriter
   sequence_examples.tfrecord  SequenceExamples
+  examples.tfrecord.gz / .zz  the same Examples with compression_type GZIP / ZLIB
   expected.json               every record's features as TensorFlow's protobuf reads them,
                               and tf.io.parse_example / parse_single_example /
                               parse_single_sequence_example results for the specs it lists
@@ -190,6 +191,11 @@ def main():
     with tf.io.TFRecordWriter(os.path.join(out_dir, "examples.tfrecord")) as w:
         for s in ser:
             w.write(s)
+    for ext, kind in ((".gz", "GZIP"), (".zz", "ZLIB")):
+        with tf.io.TFRecordWriter(os.path.join(out_dir, "examples.tfrecord" + ext),
+                                  tf.io.TFRecordOptions(compression_type=kind)) as w:
+            for s in ser:
+                w.write(s)
     seqs = sequence_examples()
     seq_ser = [s.SerializeToString(deterministic=True) for s in seqs]
     with tf.io.TFRecordWriter(os.path.join(out_dir, "sequence_examples.tfrecord")) as w:

@@ -135,8 +135,14 @@ def main():
         with open(os.path.join(d, "expected.json")) as fp:
             expected = json.load(fp)
         n = check_examples(os.path.join(d, "examples.tfrecord"), expected["examples"])
+        for ext, kind in ((".gz", "GZIP"), (".zz", "ZLIB")):
+            plain = [r.numpy() for r in tf.data.TFRecordDataset(os.path.join(d, "examples.tfrecord"))]
+            packed = [r.numpy() for r in
+                      tf.data.TFRecordDataset(os.path.join(d, "examples.tfrecord" + ext), compression_type=kind)]
+            assert packed == plain, f"{kind}: TensorFlow reads {len(packed)} records, not the {len(plain)} plain ones"
         m = check_sequences(os.path.join(d, "sequence_examples.tfrecord"), expected["sequence_examples"])
-    print(f"tensorflow {tf.__version__}: {n} Examples and {m} SequenceExamples written by kiln read back ok")
+    print(f"tensorflow {tf.__version__}: {n} Examples (plain, GZIP, ZLIB) and {m} SequenceExamples written by kiln "
+          "read back ok")
 
 
 if __name__ == "__main__":

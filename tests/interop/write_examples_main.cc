@@ -83,6 +83,13 @@ int main(int argc, char** argv) {
       expected["examples"].push_back(features_json(fs));
     }
     kiln::data::write_tfrecords(dir + "/examples.tfrecord", records);
+    // The same records compressed, for TF's compression_type GZIP and ZLIB.
+    using kiln::data::Compression;
+    for (auto [ext, c] : {std::pair{".gz", Compression::kGzip}, std::pair{".zz", Compression::kZlib}}) {
+      kiln::data::TFRecordWriter w(dir + "/examples.tfrecord" + ext, {.atomic = true, .compression = c});
+      for (const auto& r : records) w.write(r);
+      w.close();
+    }
 
     expected["sequence_examples"] = Json::array();
     records.clear();

@@ -65,6 +65,24 @@ TEST(TFRecordDataset, CorruptRecordFailsOrIsSkipped) {
   EXPECT_EQ(stats->skipped.load(), 1u);
 }
 
+TEST(TFRecordDataset, ReadsCompressedFilesWrittenByTensorFlow) {
+  // scripts/make_example_fixtures.py: tf.io.TFRecordWriter with compression_type
+  // GZIP (.gz) and ZLIB (.zz) over the same Examples as examples.tfrecord.
+  auto plain = records(tfrecord_dataset({kiln::testing::fixture("example/examples.tfrecord")}));
+  ASSERT_EQ(plain.size(), 7u);
+  EXPECT_EQ(records(tfrecord_dataset({kiln::testing::fixture("example/examples.tfrecord.gz")},
+                                     {.compression = Compression::kGzip})),
+            plain);
+  EXPECT_EQ(records(tfrecord_dataset({kiln::testing::fixture("example/examples.tfrecord.zz")},
+                                     {.compression = Compression::kZlib})),
+            plain);
+  for (const char* f : {"example/examples.tfrecord.gz", "example/examples.tfrecord.zz"})
+    EXPECT_EQ(records(tfrecord_dataset({kiln::testing::fixture(f)}, {.compression = Compression::kAuto})), plain) << f;
+  // Read as uncompressed, a compressed file is a clear framing error.
+  EXPECT_KILN_ERROR(records(tfrecord_dataset({kiln::testing::fixture("example/examples.tfrecord.gz")})), kDataLoss,
+                    "examples.tfrecord.gz");
+}
+
 TEST(TFRecordDataset, MissingFiles) {
   EXPECT_KILN_ERROR(tfrecord_dataset({"/nonexistent/*.tfrecord"}), kNotFound, "no file matches");
   EXPECT_KILN_ERROR(tfrecord_dataset({"/x"}, {.num_parallel_reads = 0}), kInvalidArgument, "num_parallel_reads");
