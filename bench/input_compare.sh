@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # kiln's input pipeline vs tf.data on the same Fashion-MNIST TFRecord shards.
 #   bash bench/input_compare.sh [THREADS] [RUNS]
-# Needs a release build (cmake --preset release && cmake --build --preset release)
+# Needs a release build (cmake --preset release && cmake --build --preset release;
+# KILN_BENCH_BIN=build/default/bin for another preset)
 # and the venv with tensorflow-cpu (scripts/python-venv.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads="${1:-2}" runs="${2:-5}"
-bin=build/release/bin/bench_input
+bin="${KILN_BENCH_BIN:-build/release/bin}/bench_input"
 py="${KILN_VENV_PYTHON:-build/venv/bin/python}"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
