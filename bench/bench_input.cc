@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kiln/data/dataset.h"
+#include "kiln/data/decode_raw.h"
 #include "kiln/data/example.h"
 #include "kiln/data/idx.h"
 #include "kiln/data/tfrecord_dataset.h"
@@ -67,16 +68,7 @@ Dataset pipeline(const std::string& dir, int threads, int batch, std::shared_ptr
   ExampleParser parser(spec);
   auto parse = [parser](const Element& b) {
     Element ex = parser.parse_batch(b[0].strings());
-    // decode_raw: the image bytes into one u8 tensor.
-    const StringTensor& img = ex["image"].strings();
-    Tensor images = Tensor::empty({img.numel(), 28, 28}, DType::kU8);
-    uint8_t* dst = images.data<uint8_t>();
-    for (int64_t i = 0; i < img.numel(); ++i) {
-      const std::string& s = img.values[static_cast<size_t>(i)];
-      if (s.size() != 784) throw DataLossError("image of " + std::to_string(s.size()) + " bytes, expected 784");
-      std::memcpy(dst + i * 784, s.data(), 784);
-    }
-    return Element({"image", "label"}, {images, ex["label"]});
+    return Element({"image", "label"}, {decode_raw(ex["image"].strings(), DType::kU8, {28, 28}), ex["label"]});
   };
   return tfrecord_dataset({dir + "/train-*.tfrecord"}, {.num_parallel_reads = threads, .stats = stats})
       .batch(batch)
@@ -128,10 +120,7 @@ int fit_bench(const std::string& dir, int epochs, int threads, int only) {
     ExampleParser parser(spec);
     auto to_batch = [parser](const Element& b) {
       Element ex = parser.parse_batch(b[0].strings());
-      const StringTensor& img = ex["image"].strings();
-      Tensor u8 = Tensor::empty({img.numel(), 28, 28}, DType::kU8);
-      for (int64_t i = 0; i < img.numel(); ++i)
-        std::memcpy(u8.data<uint8_t>() + i * 784, img.values[static_cast<size_t>(i)].data(), 784);
+      Tensor u8 = decode_raw(ex["image"].strings(), DType::kU8, {28, 28});
       return Element{Value(ops::mul(u8.to(DType::kF32), Tensor::scalar<float>(1.0f / 255))), ex["label"]};
     };
     Dataset ds = tfrecord_dataset({dir + "/train-*.tfrecord"}, {.num_parallel_reads = prefetch ? threads : 1})
