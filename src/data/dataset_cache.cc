@@ -6,6 +6,7 @@
 // the program) reads it instead of the input. A corrupt cache file is an error that
 // names it (delete it to rebuild), never silently wrong data.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,7 +15,6 @@
 
 #include "dataset_internal.h"
 #include "kiln/core/crc32c.h"
-#include "kiln/core/file_io.h"
 
 namespace kiln::data {
 namespace {
@@ -113,42 +113,73 @@ Element decode(Reader& r, const std::shared_ptr<Element>& names) {
   return names ? Element::with_names_of(*names, std::move(vals)) : Element(std::move(vals));
 }
 
-struct FileCache {
-  std::vector<Element> elements;
-};
+// Streams a completed cache file: one element in memory at a time, so a file cache
+// may be larger than RAM.
+class FileReplayIterator : public IteratorImpl {
+ public:
+  explicit FileReplayIterator(std::string path) : path_(std::move(path)) {
+    file_ = std::fopen(path_.c_str(), "rb");
+    if (!file_) throw NotFoundError("cache: cannot open " + path_ + ": " + std::strerror(errno));
+    struct stat st{};
+    if (::fstat(::fileno(file_), &st) == 0) size_ = static_cast<uint64_t>(st.st_size);
+    char magic[sizeof kMagic];
+    pos_ = std::fread(magic, 1, sizeof magic, file_);
+    if (pos_ != sizeof magic || std::memcmp(magic, kMagic, sizeof kMagic) != 0) fail(0, "bad magic");
+    uint32_t n_names;
+    std::memcpy(&n_names, read_exact(4, "name count").data(), 4);
+    if (n_names > 4096) fail(sizeof kMagic, "name count");
+    if (n_names) {
+      std::vector<std::string> ns(n_names);
+      for (auto& n : ns) {
+        std::string len = read_exact(4, "name length");
+        uint32_t l;
+        std::memcpy(&l, len.data(), 4);
+        if (l > size_ - pos_) fail(pos_ - 4, "name length");
+        n = read_exact(l, "name");
+      }
+      names_ = std::make_shared<Element>(std::move(ns), std::vector<Value>(n_names));
+    }
+  }
+  ~FileReplayIterator() override {
+    if (file_) std::fclose(file_);
+  }
+  bool next(Element* out) override {
+    const uint64_t start = pos_;
+    char head[8];
+    size_t got = std::fread(head, 1, 8, file_);
+    pos_ += got;
+    if (got == 0 && std::feof(file_)) return false;
+    if (got != 8) fail(start, "truncated element header");
+    uint32_t len, crc;
+    std::memcpy(&len, head, 4);
+    std::memcpy(&crc, head + 4, 4);
+    if (len > size_ - pos_) fail(start, "element length past the end of the file");
+    payload_ = read_exact(len, "truncated element");
+    if (crc32c_unmask(crc) != crc32c(payload_.data(), payload_.size())) fail(start, "element checksum mismatch");
+    Reader r(payload_, 0, path_);
+    *out = decode(r, names_);
+    return true;
+  }
 
-FileCache read_cache_file(const std::string& path) {
-  std::string data = read_file(path);
-  Reader r(data, 0, path);
-  if (data.size() < sizeof kMagic || std::memcmp(data.data(), kMagic, sizeof kMagic) != 0) r.fail("bad magic");
-  r.take(sizeof kMagic);
-  uint32_t n_names = r.u32();
-  if (n_names > 4096) r.fail("name count");
-  std::shared_ptr<Element> names;
-  if (n_names) {
-    std::vector<std::string> ns(n_names);
-    for (auto& s : ns) {
-      uint32_t len = r.u32();
-      s.assign(r.take(len), len);
-    }
-    names = std::make_shared<Element>(std::move(ns), std::vector<Value>(n_names));
+ private:
+  [[noreturn]] void fail(uint64_t at, const std::string& what) const {
+    throw DataLossError(detail::str_cat("cache file ", path_, " is corrupt (", what, " at byte ", at,
+                                        "); delete it to rebuild the cache"));
   }
-  FileCache c;
-  while (!r.at_end()) {
-    uint32_t len = r.u32();
-    uint32_t crc = r.u32();
-    size_t start = r.pos();
-    const char* payload = r.take(len);
-    if (crc32c_unmask(crc) != crc32c(payload, len)) {
-      Reader at(data, start, path);
-      at.fail("element checksum mismatch");
-    }
-    std::string copy(payload, len);
-    Reader er(copy, 0, path);
-    c.elements.push_back(decode(er, names));
+  std::string read_exact(size_t n, const char* what) {
+    std::string b(n, '\0');
+    size_t got = n ? std::fread(b.data(), 1, n, file_) : 0;
+    pos_ += got;
+    if (got != n) fail(pos_, what);
+    return b;
   }
-  return c;
-}
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  uint64_t pos_ = 0;
+  uint64_t size_ = 0;
+  std::shared_ptr<Element> names_;
+  std::string payload_;
+};
 
 class CacheNode : public DatasetNode {
  public:
@@ -258,8 +289,7 @@ std::unique_ptr<IteratorImpl> CacheNode::make(const IterContext& ctx) const {
     std::lock_guard<std::mutex> lk(mu_);
     if (memory_) return std::make_unique<ReplayIterator>(memory_);
   } else if (::access((filename_ + ".kcache").c_str(), F_OK) == 0) {
-    auto c = read_cache_file(filename_ + ".kcache");
-    return std::make_unique<ReplayIterator>(std::make_shared<const std::vector<Element>>(std::move(c.elements)));
+    return std::make_unique<FileReplayIterator>(filename_ + ".kcache");
   }
   return std::make_unique<RecordIterator>(this, inputs()[0]->make(ctx));
 }

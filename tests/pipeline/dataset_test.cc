@@ -421,8 +421,18 @@ TEST(Dataset, CacheToFileIsReusedByALaterRun) {
   bytes[bytes.size() - 3] ^= 0x40;
   kiln::testing::write_bytes(base + ".kcache", bytes);
   EXPECT_KILN_ERROR(collect(make()), kDataLoss, "train.kcache is corrupt");
+  bytes[bytes.size() - 3] ^= 0x40;  // repaired
+  kiln::testing::write_bytes(base + ".kcache", bytes.substr(0, bytes.size() - 5));
+  EXPECT_KILN_ERROR(collect(make()), kDataLoss, "past the end of the file at byte");  // the last element
+  std::string huge = bytes;
+  size_t first_element = 8 + 4 + (4 + 1) + (4 + 1);  // magic, name count, names "x" and "s"
+  huge[first_element + 3] = '\x7f';                    // the element length's top byte
+  kiln::testing::write_bytes(base + ".kcache", huge);
+  EXPECT_KILN_ERROR(collect(make()), kDataLoss, "past the end of the file");
   kiln::testing::write_bytes(base + ".kcache", "garbage");
   EXPECT_KILN_ERROR(collect(make()), kDataLoss, "bad magic");
+  kiln::testing::write_bytes(base + ".kcache", bytes);
+  EXPECT_EQ(collect(make()), first) << "the repaired file reads again";
   // An interrupted first pass leaves no cache file behind.
   std::string other = dir.file("partial");
   auto partial = Dataset::range(10).cache(other);
