@@ -7,6 +7,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 
 #include "kiln/core/file_io.h"
 #include "kiln/core/parallel.h"
@@ -15,6 +16,7 @@
 #include "kiln/ops.h"
 #include "kiln/train/layers.h"
 #include "kiln/train/model.h"
+#include "train_records.h"
 
 namespace kiln::tools {
 
@@ -33,6 +35,9 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                 "Keep per-epoch checkpoints and crash-recovery backups here; rerunning the same command resumes");
   c->add_option("--metrics-json", a.metrics_json, "Write final train/test loss, accuracy and mean epoch time here");
   c->add_option("--data-dir", a.data_dir, "Fashion-MNIST IDX directory (default: Debian's dataset-fashion-mnist)");
+  c->add_option("--tfrecords", a.tfrecords,
+                 "Train on DIR/train-*.tfrecord, test on DIR/test-*.tfrecord (from `kiln records fashion-mnist`) "
+                 "through the parallel input pipeline instead of the IDX files");
   c->add_option("--max-samples", a.max_samples, "Use only the first N training and test samples (0: all)")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--backup-freq", a.backup_freq, "Batches between crash-recovery backups (with --checkpoint-dir)")
@@ -86,11 +91,23 @@ class EpochCheckpoint : public Callback {
 
 int run_train(const TrainArgs& a) {
   set_seed(a.seed);
-  data::FashionMnist ds = data::load_fashion_mnist(a.data_dir);
-  Tensor x = prepare_images(ds.train_images, a.model, a.max_samples);
-  Tensor y = prepare_labels(ds.train_labels, a.max_samples);
-  Tensor tx = prepare_images(ds.test_images, a.model, a.max_samples);
-  Tensor ty = prepare_labels(ds.test_labels, a.max_samples);
+  // Either tensors from the IDX files or Datasets over TFRecord shards.
+  Tensor x, y, tx, ty;
+  std::optional<data::Dataset> train_ds, test_ds;
+  if (a.tfrecords.empty()) {
+    data::FashionMnist ds = data::load_fashion_mnist(a.data_dir);
+    x = prepare_images(ds.train_images, a.model, a.max_samples);
+    y = prepare_labels(ds.train_labels, a.max_samples);
+    tx = prepare_images(ds.test_images, a.model, a.max_samples);
+    ty = prepare_labels(ds.test_labels, a.max_samples);
+  } else {
+    RecordsPipeline p{a.tfrecords + "/train-*.tfrecord", a.model, a.batch_size, a.max_samples, true, a.seed};
+    train_ds = fashion_mnist_records(p);
+    p.pattern = a.tfrecords + "/test-*.tfrecord";
+    p.shuffle = false;
+    p.batch_size = 256;
+    test_ds = fashion_mnist_records(p);
+  }
   const int verbose = a.verbose >= 0 ? a.verbose : (isatty(STDOUT_FILENO) ? 1 : 2);
 
   ModelPtr model = build_model(a.model);
@@ -110,12 +127,15 @@ int run_train(const TrainArgs& a) {
     fo.callbacks.push_back(std::make_shared<EpochCheckpoint>(a.checkpoint_dir));
   }
   if (!a.logdir.empty()) fo.callbacks.push_back(callbacks::TensorBoard(a.logdir));
-  if (verbose > 0)
+  if (verbose > 0 && train_ds)
+    std::cout << "Training " << a.model << " on " << a.tfrecords << "/train-*.tfrecord (" << num_threads()
+              << " threads)\n" << train_ds->describe();
+  else if (verbose > 0)
     std::cout << "Training " << a.model << " on " << x.dim(0) << " samples, testing on " << tx.dim(0) << " ("
               << num_threads() << " threads)\n";
-  History h = model->fit(x, y, fo);
+  History h = train_ds ? model->fit(*train_ds, fo) : model->fit(x, y, fo);
 
-  Logs test = model->evaluate(tx, ty, {256});
+  Logs test = test_ds ? model->evaluate(*test_ds) : model->evaluate(tx, ty, {256});
   std::printf("test loss: %.4f - test accuracy: %.4f\n", test["loss"], test["accuracy"]);
   if (!a.metrics_json.empty()) {
     nlohmann::json j;
@@ -123,7 +143,8 @@ int run_train(const TrainArgs& a) {
     j["epochs"] = a.epochs;
     j["batch_size"] = a.batch_size;
     j["threads"] = num_threads();
-    j["train_samples"] = x.dim(0);
+    if (!train_ds) j["train_samples"] = x.dim(0);
+    if (h.history.count("input_wait")) j["input_wait"] = h.at("input_wait").back();
     auto last = [&](const char* k) { return h.history.count(k) && !h.at(k).empty() ? h.at(k).back() : 0.0; };
     j["train_loss"] = last("loss");
     j["train_accuracy"] = last("accuracy");

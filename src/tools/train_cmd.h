@@ -17,6 +17,7 @@ struct TrainArgs {
   std::string checkpoint_dir;
   std::string metrics_json;
   std::string data_dir;
+  std::string tfrecords;  // DIR with train-*.tfrecord / test-*.tfrecord: use the input pipeline
   int64_t max_samples = 0;
   int64_t backup_freq = 100;
   int verbose = -1;
