@@ -200,12 +200,18 @@ Dataset Dataset::with_options(PipelineOptions options) const {
 const ElementSpec& Dataset::element_spec() const { return node_->spec(); }
 int64_t Dataset::cardinality() const { return node_->cardinality(); }
 
-Iterator Dataset::iterator() const {
-  const PipelineOptions* found = find_options(*node_);
+namespace {
+Iterator start(const NodePtr& node, std::optional<uint64_t> pass) {
+  const PipelineOptions* found = find_options(*node);
   IterContext ctx = resolve_context(found ? *found : PipelineOptions{}, std::make_shared<PipelineState>());
-  auto root = node_->make(ctx);
-  return Iterator(std::make_unique<Iterator::Impl>(node_, ctx.state, std::move(root)));
+  ctx.pass = pass;
+  auto root = node->make(ctx);
+  return Iterator(std::make_unique<Iterator::Impl>(node, ctx.state, std::move(root)));
 }
+}  // namespace
+
+Iterator Dataset::iterator() const { return start(node_, std::nullopt); }
+Iterator Dataset::iterator(uint64_t pass) const { return start(node_, pass); }
 
 std::string Dataset::describe() const {
   std::string out;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,12 @@ struct IterContext {
   std::shared_ptr<PipelineState> state;
   int cpu_budget = 1;              // resolved (>= 1)
   int64_t ram_budget_bytes = 0;    // resolved (> 0)
+  // Set by Dataset::iterator(pass) (and derived per repetition by repeat): the pass
+  // that reshuffling nodes use instead of their own pass counters.
+  std::optional<uint64_t> pass;
   bool cancelled() const { return state->cancelled(); }
+  // The pass a reshuffling node uses: ctx.pass if given, else the next of `counter`.
+  uint64_t next_pass(std::atomic<uint64_t>& counter) const { return pass ? *pass : counter.fetch_add(1); }
 };
 
 class IteratorImpl {

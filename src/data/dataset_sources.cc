@@ -174,7 +174,7 @@ class ListFilesNode : public DatasetNode {
                     static_cast<int64_t>(files.size())),
         files_(std::move(files)), shuffle_(shuffle), seed_(seed) {}
   std::string params() const override { return detail::str_cat("files=", files_.size(), ", shuffle=", shuffle_); }
-  std::unique_ptr<IteratorImpl> make(const IterContext&) const override {
+  std::unique_ptr<IteratorImpl> make(const IterContext& ctx) const override {
     struct It : IteratorImpl {
       std::vector<std::string> files;
       size_t i = 0;
@@ -187,7 +187,7 @@ class ListFilesNode : public DatasetNode {
     auto it = std::make_unique<It>();
     it->files = files_;
     if (shuffle_) {
-      std::mt19937_64 rng(seed_ + passes_.fetch_add(1));
+      std::mt19937_64 rng(seed_ + ctx.next_pass(passes_));
       std::shuffle(it->files.begin(), it->files.end(), rng);
     }
     return it;

@@ -82,7 +82,7 @@ class ShuffleNode : public DatasetNode {
         return true;
       }
     };
-    uint64_t pass = reshuffle_ ? passes_.fetch_add(1) : 0;
+    uint64_t pass = reshuffle_ ? ctx.next_pass(passes_) : 0;
     // Mixed so that seeds s and s+1 do not give correlated streams.
     uint64_t s = (seed_ + pass * 0x9E3779B97F4A7C15ull) ^ 0xD1B54A32D192ED03ull;
     return make_unary<It>(*this, ctx, buffer_, s);
@@ -118,7 +118,10 @@ class RepeatNode : public DatasetNode {
           if (count >= 0 && done_passes >= count) return false;
           if (ctx.cancelled()) return false;
           if (!in) {
-            in = input->make(ctx);
+            IterContext rep = ctx;
+            // A given pass p becomes a distinct, deterministic pass per repetition.
+            if (ctx.pass) rep.pass = *ctx.pass * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(done_passes) + 1;
+            in = input->make(rep);
             produced_this_pass = false;
           }
           if (in->next(out)) {
@@ -226,6 +229,7 @@ class OptionsNode : public DatasetNode {
   }
   std::unique_ptr<IteratorImpl> make(const IterContext& ctx) const override {
     IterContext mine = resolve_context(options_, ctx.state);
+    mine.pass = ctx.pass;
     return inputs()[0]->make(mine);
   }
   const PipelineOptions& options() const { return options_; }

@@ -249,9 +249,11 @@ History Model::fit(const data::Dataset& train, FitOptions opts) {
     if (epoch != it_epoch) {
       it_epoch = epoch;
       taken = 0;
-      if (!it || opts.steps_per_epoch <= 0) it.emplace(train.iterator());
-      // Resuming mid-epoch: skip the batches that were done (exact when the dataset's
-      // order is deterministic for a given pass).
+      // A fresh pass per epoch is pass `epoch` (Dataset::iterator(pass)): its shuffle
+      // order depends on the epoch only, so a resumed run skips exactly the batches
+      // the interrupted one finished.
+      if (opts.steps_per_epoch <= 0) it.emplace(train.iterator(static_cast<uint64_t>(epoch)));
+      else if (!it) it.emplace(train.iterator());
       for (int64_t s = 0; s < step_in_epoch && it->next(&e); ++s) ++taken;
     }
     if (opts.steps_per_epoch > 0 && taken >= opts.steps_per_epoch) return false;

@@ -137,6 +137,28 @@ TEST(Dataset, RepeatReshufflesEachPassDeterministically) {
   EXPECT_EQ(e1, iota(0, 10));
 }
 
+TEST(Dataset, NumberedPassesAreReproducible) {
+  auto ds = Dataset::range(40).shuffle(40, 3);
+  auto p0 = ints(ds), p1 = ints(ds);  // counted passes 0 and 1
+  // iterator(pass) gives pass `pass` whatever ran before, on any Dataset object.
+  auto fresh = Dataset::range(40).shuffle(40, 3);
+  auto order = [](const Dataset& d, uint64_t pass) {
+    std::vector<int64_t> v;
+    for (const Element& e : d.iterator(pass)) v.push_back(e.tensor(0).item<int64_t>());
+    return v;
+  };
+  EXPECT_EQ(order(fresh, 1), p1);
+  EXPECT_EQ(order(fresh, 0), p0);
+  EXPECT_EQ(order(fresh, 1), p1);
+  // Repetitions inside a numbered pass still differ from one another, deterministically.
+  auto rep = Dataset::range(10).shuffle(10, 3).repeat(2);
+  auto a = order(rep, 5), b = order(rep, 5);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(std::vector<int64_t>(a.begin(), a.begin() + 10), std::vector<int64_t>(a.begin() + 10, a.end()));
+  // with_options keeps the pass.
+  EXPECT_EQ(order(fresh.with_options({.cpu_budget = 1}), 1), p1);
+}
+
 TEST(Dataset, ShuffleSmallBufferIsLocal) {
   // With buffer 1 nothing moves; with buffer 2 an element moves at most... forward by
   // any amount but backward by at most 1.

@@ -76,6 +76,34 @@ TEST(FitDataset, InfiniteDatasetNeedsStepsPerEpochAndContinuesAcrossEpochs) {
   EXPECT_EQ(h2.at("val_loss").size(), 2u);
 }
 
+TEST(FitDataset, ResumedFitMatchesAnUninterruptedOne) {
+  // A shuffled pipeline and BackupAndRestore: stop after epoch 1 + 3 batches, resume in
+  // a "new process" (new model, new Dataset objects): same weights as one straight run.
+  Linear d;
+  kiln::testing::TempDir dir("fitds_resume");
+  auto pipeline = [&] { return Dataset::from_tensor_slices({d.x, d.y}).shuffle(256, 11).batch(32); };
+  auto straight = make_model();
+  straight->fit(pipeline(), {.epochs = 3, .verbose = 0});
+
+  struct CrashAt : Callback {  // after the backup of that batch was written
+    int64_t batches = 0, limit = 0;
+    void on_train_batch_end(int64_t, Logs&) override {
+      if (++batches == limit) throw std::runtime_error("simulated crash");
+    }
+  };
+  auto crash = std::make_shared<CrashAt>();
+  crash->limit = 8 + 3;  // 8 batches per epoch
+  auto first = make_model();
+  EXPECT_THROW(first->fit(pipeline(), {.epochs = 3,
+                                       .callbacks = {callbacks::BackupAndRestore(dir.file("backup"), 1), crash},
+                                       .verbose = 0}),
+               std::runtime_error);
+  auto resumed = make_model();
+  resumed->fit(pipeline(), {.epochs = 3, .callbacks = {callbacks::BackupAndRestore(dir.file("backup"), 1)}, .verbose = 0});
+  EXPECT_TRUE(array_equal(resumed->trainable_weights()[0].value(), straight->trainable_weights()[0].value()));
+  EXPECT_TRUE(array_equal(resumed->trainable_weights()[1].value(), straight->trainable_weights()[1].value()));
+}
+
 TEST(FitDataset, BadElementsAreClearErrors) {
   Linear d;
   auto m = make_model();

@@ -179,6 +179,11 @@ class Dataset {
   int64_t cardinality() const;
   // Starts a pass: for (const Element& e : ds.iterator()) ...
   Iterator iterator() const;
+  // Starts pass number `pass`: reshuffling transformations (shuffle, list_files with
+  // shuffle) seed this pass from `pass` instead of counting the passes made so far, so
+  // pass p has the same order whatever ran before, in this process or another
+  // (Model::fit uses the epoch, which makes a resumed run see the same batches).
+  Iterator iterator(uint64_t pass) const;
   // The pipeline as text, one transformation per line (for logs and `kiln` tools).
   std::string describe() const;
 

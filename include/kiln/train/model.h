@@ -82,8 +82,10 @@ class Model : public Layer {
   // output). batch_size, shuffle and validation_split do not apply (batch and shuffle
   // the dataset); steps_per_epoch > 0 takes that many batches per epoch from one
   // iterator that continues across epochs (needed for infinite datasets), 0 runs each
-  // epoch to the end of a fresh pass. Epoch logs gain "input_wait": the share of the
-  // epoch spent waiting for the next batch (prefetch() brings it towards 0).
+  // epoch to the end of a fresh pass, pass number `epoch` (so shuffles depend on the
+  // epoch only, and BackupAndRestore resumes exactly). Epoch logs gain "input_wait":
+  // the share of the epoch spent waiting for the next batch (prefetch() brings it
+  // towards 0).
   History fit(const data::Dataset& train, FitOptions opts = {});
   Logs evaluate(const data::Dataset& data, EvaluateOptions opts = {});
   // Outputs for every batch of a Dataset (components beyond the inputs are ignored).
