@@ -13,12 +13,11 @@ namespace kiln::data {
 
 void PipelineState::cancel() {
   cancelled_.store(true, std::memory_order_release);
-  std::vector<std::function<void()>> fns;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    for (auto& [h, fn] : callbacks_) fns.push_back(fn);
-  }
-  for (auto& fn : fns) fn();
+  // Under the lock: a component unregisters (in its destructor) before it goes, so no
+  // callback runs on a destroyed component. Callbacks only lock their component's
+  // mutex, and no thread holding one calls into this class.
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& [h, fn] : callbacks_) fn();
 }
 
 int64_t PipelineState::on_cancel(std::function<void()> fn) {
