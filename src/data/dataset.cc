@@ -141,9 +141,13 @@ Dataset::Dataset(std::shared_ptr<const DatasetNode> node) : node_(std::move(node
   KILN_CHECK_INTERNAL(node_ != nullptr, "null dataset node");
 }
 
-Dataset Dataset::from_tensor_slices(Element components) { return Dataset(make_tensor_slices_node(std::move(components))); }
+Dataset Dataset::from_tensor_slices(Element components) {
+  return Dataset(make_tensor_slices_node(std::move(components)));
+}
 Dataset Dataset::from_tensors(Element components) { return Dataset(make_tensors_node(std::move(components))); }
-Dataset Dataset::range(int64_t start, int64_t stop, int64_t step) { return Dataset(make_range_node(start, stop, step)); }
+Dataset Dataset::range(int64_t start, int64_t stop, int64_t step) {
+  return Dataset(make_range_node(start, stop, step));
+}
 Dataset Dataset::from_generator(ElementSpec spec, std::function<PullFn()> make_pass, int64_t cardinality,
                                 std::string name) {
   return Dataset(make_generator_node(std::move(spec), std::move(make_pass), cardinality, std::move(name)));

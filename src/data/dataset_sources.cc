@@ -244,7 +244,8 @@ class ZipNode : public DatasetNode {
           if (!in->next(&e)) return false;
           for (auto& v : e.values()) vals.push_back(std::move(v));
         }
-        *out = named_template.empty() ? Element(std::move(vals)) : Element::with_names_of(named_template, std::move(vals));
+        *out = named_template.empty() ? Element(std::move(vals))
+                                      : Element::with_names_of(named_template, std::move(vals));
         return true;
       }
     };

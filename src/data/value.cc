@@ -83,8 +83,8 @@ size_t Value::nbytes() const {
 // ---- Element ----
 
 Element::Element(std::vector<std::string> names, std::vector<Value> values) : values_(std::move(values)) {
-  KILN_CHECK_ARG(names.size() == values_.size(), "an element with ", values_.size(), " components needs as many names, got ",
-                 names.size());
+  KILN_CHECK_ARG(names.size() == values_.size(), "an element with ", values_.size(),
+                 " components needs as many names, got ", names.size());
   for (size_t i = 0; i < names.size(); ++i)
     for (size_t j = 0; j < i; ++j) KILN_CHECK_ARG(names[i] != names[j], "duplicate component name '", names[i], "'");
   names_ = std::make_shared<const std::vector<std::string>>(std::move(names));

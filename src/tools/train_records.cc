@@ -9,7 +9,8 @@ namespace kiln::tools {
 
 data::Dataset fashion_mnist_records(const RecordsPipeline& p) {
   using namespace kiln::data;
-  ExampleParser parser({{"image", FixedLenFeature(Feature::kBytes, {})}, {"label", FixedLenFeature(Feature::kInt64, {})}});
+  ExampleParser parser(
+      {{"image", FixedLenFeature(Feature::kBytes, {})}, {"label", FixedLenFeature(Feature::kInt64, {})}});
   const bool mlp = p.model == "mlp";
   auto to_batch = [parser, mlp](const Element& b) {
     Element ex = parser.parse_batch(b[0].strings());
@@ -21,7 +22,8 @@ data::Dataset fashion_mnist_records(const RecordsPipeline& p) {
   Dataset ds = tfrecord_dataset({p.pattern}, {.num_parallel_reads = kAutotune});
   if (p.max_samples > 0) ds = ds.take(p.max_samples);
   if (p.shuffle) ds = ds.shuffle(10000, p.seed == 0 ? 1 : p.seed);
-  ElementSpec out{{}, {TypeSpec::tensor(DType::kF32, mlp ? std::vector<int64_t>{-1, 784} : std::vector<int64_t>{-1, 28, 28, 1}),
+  const std::vector<int64_t> x_dims = mlp ? std::vector<int64_t>{-1, 784} : std::vector<int64_t>{-1, 28, 28, 1};
+  ElementSpec out{{}, {TypeSpec::tensor(DType::kF32, x_dims),
                        TypeSpec::tensor(DType::kI32, {-1})}};
   return ds.batch(p.batch_size)
       .map(to_batch, {.num_parallel_calls = kAutotune, .output_spec = out})
