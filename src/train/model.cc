@@ -334,6 +334,35 @@ Logs Model::evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
   require_compiled(*this, compiled_, "evaluate()");
   if (opts.batch_size <= 0) throw InvalidArgumentError("evaluate: batch_size must be > 0");
   const int64_t n = check_batch_dims(x, y, "evaluate");
+  int64_t lo = 0;
+  return evaluate_loop(
+      [&](std::vector<Tensor>* bx, std::vector<Tensor>* by) {
+        if (lo >= n) return false;
+        const int64_t hi = std::min(n, lo + opts.batch_size);
+        *bx = take_rows(x, lo, hi);
+        *by = take_rows(y, lo, hi);
+        lo = hi;
+        return true;
+      },
+      opts);
+}
+
+Logs Model::evaluate(const data::Dataset& ds, EvaluateOptions opts) {
+  require_compiled(*this, compiled_, "evaluate()");
+  if (ds.cardinality() == data::kInfiniteCardinality)
+    throw InvalidArgumentError("evaluate: the dataset is infinite (repeat()); take() a finite part");
+  data::Iterator it = ds.iterator();
+  data::Element e;
+  return evaluate_loop(
+      [&](std::vector<Tensor>* bx, std::vector<Tensor>* by) {
+        if (!it.next(&e)) return false;
+        split_batch(e, bx, by, "evaluate");
+        return true;
+      },
+      opts);
+}
+
+Logs Model::evaluate_loop(const EvalBatchFn& next_batch, const EvaluateOptions& opts) {
   Logs logs;
   for (auto& c : opts.callbacks) c->set_model(this);
   for (auto& c : opts.callbacks) c->on_test_begin(logs);
@@ -341,11 +370,10 @@ Logs Model::evaluate(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
   std::vector<MetricPtr> ms;
   for (auto& m : opts_.metrics) ms.push_back(resolve_metric(m, opts_.loss[0]->name()));
   metrics::Mean loss_mean("loss");
-  for (int64_t lo = 0; lo < n; lo += opts.batch_size) {
-    int64_t hi = std::min(n, lo + opts.batch_size);
-    std::vector<Tensor> bx = take_rows(x, lo, hi), by = take_rows(y, lo, hi);
+  std::vector<Tensor> bx, by;
+  while (next_batch(&bx, &by)) {
     std::vector<Tensor> preds = (*this)(bx, /*training=*/false);
-    loss_mean.add(total_loss(by, preds).item<double>(), static_cast<double>(hi - lo));
+    loss_mean.add(total_loss(by, preds).item<double>(), static_cast<double>(bx.at(0).dim(0)));
     for (auto& m : ms) m->update(by.at(0), preds.at(0));
   }
   logs["loss"] = loss_mean.result();
@@ -358,47 +386,32 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& x, int64_t batch_s
   if (batch_size <= 0) throw InvalidArgumentError("predict: batch_size must be > 0");
   if (x.empty()) throw InvalidArgumentError("predict: no inputs given");
   const int64_t n = check_batch_dims(x, {}, "predict");
-  std::vector<std::vector<Tensor>> parts;
-  for (int64_t lo = 0; lo < n; lo += batch_size) {
-    std::vector<Tensor> outs = (*this)(take_rows(x, lo, std::min(n, lo + batch_size)), /*training=*/false);
-    if (parts.empty()) parts.resize(outs.size());
-    for (size_t i = 0; i < outs.size(); ++i) parts[i].push_back(outs[i]);
-  }
-  std::vector<Tensor> result;
-  for (auto& p : parts) result.push_back(p.size() == 1 ? p[0] : ops::concat(p, 0));
-  return result;
-}
-
-Logs Model::evaluate(const data::Dataset& ds, EvaluateOptions opts) {
-  require_compiled(*this, compiled_, "evaluate()");
-  if (ds.cardinality() == data::kInfiniteCardinality)
-    throw InvalidArgumentError("evaluate: the dataset is infinite (repeat()); take() a finite part");
-  Logs logs;
-  for (auto& c : opts.callbacks) c->set_model(this);
-  for (auto& c : opts.callbacks) c->on_test_begin(logs);
-  std::vector<MetricPtr> ms;
-  for (auto& m : opts_.metrics) ms.push_back(resolve_metric(m, opts_.loss[0]->name()));
-  metrics::Mean loss_mean("loss");
-  std::vector<Tensor> bx, by;
-  for (const data::Element& e : ds.iterator()) {
-    split_batch(e, &bx, &by, "evaluate");
-    std::vector<Tensor> preds = (*this)(bx, /*training=*/false);
-    loss_mean.add(total_loss(by, preds).item<double>(), static_cast<double>(bx.at(0).dim(0)));
-    for (auto& m : ms) m->update(by.at(0), preds.at(0));
-  }
-  logs["loss"] = loss_mean.result();
-  for (auto& m : ms) logs[m->name()] = m->result();
-  for (auto& c : opts.callbacks) c->on_test_end(logs);
-  return logs;
+  int64_t lo = 0;
+  return predict_loop([&](std::vector<Tensor>* bx, std::vector<Tensor>*) {
+    if (lo >= n) return false;
+    const int64_t hi = std::min(n, lo + batch_size);
+    *bx = take_rows(x, lo, hi);
+    lo = hi;
+    return true;
+  });
 }
 
 std::vector<Tensor> Model::predict(const data::Dataset& ds) {
   if (ds.cardinality() == data::kInfiniteCardinality)
     throw InvalidArgumentError("predict: the dataset is infinite (repeat()); take() a finite part");
+  data::Iterator it = ds.iterator();
+  data::Element e;
+  return predict_loop([&](std::vector<Tensor>* bx, std::vector<Tensor>*) {
+    if (!it.next(&e)) return false;
+    split_batch(e, bx, nullptr, "predict");
+    return true;
+  });
+}
+
+std::vector<Tensor> Model::predict_loop(const EvalBatchFn& next_batch) {
   std::vector<std::vector<Tensor>> parts;
   std::vector<Tensor> bx;
-  for (const data::Element& e : ds.iterator()) {
-    split_batch(e, &bx, nullptr, "predict");
+  while (next_batch(&bx, nullptr)) {
     std::vector<Tensor> outs = (*this)(bx, /*training=*/false);
     if (parts.empty()) parts.resize(outs.size());
     for (size_t i = 0; i < outs.size(); ++i) parts[i].push_back(outs[i]);

@@ -137,6 +137,11 @@ class Model : public Layer {
   using NextBatchFn = std::function<bool(int epoch, std::vector<Tensor>* x, std::vector<Tensor>* y)>;
   History fit_loop(const NextBatchFn& next_batch, int64_t steps, const std::function<Logs()>& validate,
                    const FitOptions& opts);
+  // The loops shared by the tensor and Dataset overloads of evaluate and predict:
+  // `next_batch(&x, &y)` gives batches until it returns false (y is null for predict).
+  using EvalBatchFn = std::function<bool(std::vector<Tensor>* x, std::vector<Tensor>* y)>;
+  Logs evaluate_loop(const EvalBatchFn& next_batch, const EvaluateOptions& opts);
+  std::vector<Tensor> predict_loop(const EvalBatchFn& next_batch);
   // Splits a dataset element into model inputs and targets.
   void split_batch(const data::Element& e, std::vector<Tensor>* x, std::vector<Tensor>* y, const char* what) const;
   // Sum of the (weighted) losses of every output.
