@@ -53,6 +53,21 @@ std::vector<std::string> sample_records() {
   return {"hello", "", binary, big, "tail"};
 }
 
+// Reads every record of `r`, checking each one's bytes and offset (16 framing bytes
+// per record), then that the end stays the end.
+void expect_records(TFRecordReader& r, const std::vector<std::string>& recs) {
+  std::string rec;
+  uint64_t expect_offset = 0;
+  for (const auto& want : recs) {
+    EXPECT_EQ(r.offset(), expect_offset);
+    ASSERT_TRUE(r.next(&rec));
+    EXPECT_EQ(rec, want);
+    expect_offset += 16 + want.size();
+  }
+  EXPECT_FALSE(r.next(&rec));
+  EXPECT_FALSE(r.next(&rec));
+}
+
 TEST(TFRecord, FramingMatchesSpecByteForByte) {
   TempDir dir("tfrecord");
   {
@@ -83,16 +98,7 @@ TEST(TFRecord, RoundTrip) {
   }
   EXPECT_EQ(fs::file_size(dir.file("r.tfrecord")), framed);
   TFRecordReader r(dir.file("r.tfrecord"));
-  std::string rec;
-  uint64_t expect_offset = 0;
-  for (const auto& want : recs) {
-    EXPECT_EQ(r.offset(), expect_offset);
-    ASSERT_TRUE(r.next(&rec));
-    EXPECT_EQ(rec, want);
-    expect_offset += 16 + want.size();
-  }
-  EXPECT_FALSE(r.next(&rec));
-  EXPECT_FALSE(r.next(&rec));
+  expect_records(r, recs);
   EXPECT_EQ(read_tfrecords(dir.file("r.tfrecord")), recs);
 }
 
@@ -331,16 +337,7 @@ TEST(TFRecordCompression, RoundTripAndOffsetsCountDecompressedBytes) {
         EXPECT_EQ(w.bytes_written(), frame_all(recs).size());
       }
       TFRecordReader r(p, {.compression = c, .buffer_bytes = buffer});
-      std::string rec;
-      uint64_t expect_offset = 0;
-      for (const auto& want : recs) {
-        EXPECT_EQ(r.offset(), expect_offset);
-        ASSERT_TRUE(r.next(&rec));
-        EXPECT_EQ(rec, want);
-        expect_offset += 16 + want.size();
-      }
-      EXPECT_FALSE(r.next(&rec));
-      EXPECT_FALSE(r.next(&rec));
+      expect_records(r, recs);
       EXPECT_EQ(r.records_read(), recs.size());
     }
   }
