@@ -11,6 +11,7 @@
 #include "kiln/train/layer.h"
 #include "kiln/train/layers.h"
 #include "kiln/train/losses.h"
+#include "kiln/train/mixed_precision.h"
 #include "kiln/train/metrics.h"
 #include "kiln/train/model.h"
 #include "kiln/train/optimizers.h"

@@ -1,6 +1,7 @@
 #include "kiln/autodiff/variable.h"
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/ops/elementwise.h"
 
 namespace kiln {
 
@@ -15,9 +16,20 @@ static void require(const void* state) {
   if (!state) throw FailedPreconditionError("use of an undefined Variable");
 }
 
-const Tensor& Variable::value() const {
+namespace {
+thread_local std::optional<DType> t_autocast;
+}  // namespace
+
+AutocastScope::AutocastScope(std::optional<DType> dtype) : previous_(t_autocast) { t_autocast = dtype; }
+AutocastScope::~AutocastScope() { t_autocast = previous_; }
+std::optional<DType> AutocastScope::current() { return t_autocast; }
+
+Tensor Variable::value() const {
   require(state_.get());
   GradientTape::notify_variable_read(state_->value, state_->trainable);
+  const DType stored = state_->value.dtype();
+  if (t_autocast && *t_autocast != stored && is_floating(stored) && is_floating(*t_autocast))
+    return ops::cast(state_->value, *t_autocast);
   return state_->value;
 }
 

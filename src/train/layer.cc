@@ -102,7 +102,7 @@ SymbolicTensor Input(const Shape& shape, DType dtype, std::string name) {
 
 // ---- Layer --------------------------------------------------------------------------
 
-Layer::Layer(std::string name) : name_(std::move(name)), auto_name_(name_.empty()) {}
+Layer::Layer(std::string name) : name_(std::move(name)), policy_(global_policy()), auto_name_(name_.empty()) {}
 
 namespace {
 void check_arity(const Layer& layer, int expected, size_t got) {
@@ -121,7 +121,33 @@ std::vector<Tensor> Layer::operator()(const std::vector<Tensor>& inputs, bool tr
     shapes.push_back(inputs[i].shape());
   }
   ensure_built(shapes);
-  return call(inputs, training);
+  return call_with_policy(inputs, training);
+}
+
+namespace {
+// Policy casts touch f32 and the 16-bit floats only: f64 (gradient checks) passes through.
+bool castable(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+}  // namespace
+
+std::vector<Tensor> Layer::call_with_policy(const std::vector<Tensor>& inputs, bool training) {
+  const bool mixed = policy_.is_mixed();
+  // A float32 layer outside any mixed-precision layer runs untouched; inside one (a
+  // float32 output layer of a mixed model) it turns autocasting off and takes its
+  // 16-bit inputs in f32.
+  if (!mixed && !AutocastScope::current() && !outputs_in_variable_dtype_) return call(inputs, training);
+  const DType work = mixed && !computes_in_variable_dtype_ ? policy_.compute_dtype() : policy_.variable_dtype();
+  const DType out_dtype = outputs_in_variable_dtype_ ? policy_.variable_dtype() : policy_.compute_dtype();
+  std::vector<Tensor> cast_in;
+  cast_in.reserve(inputs.size());
+  for (const Tensor& x : inputs) cast_in.push_back(castable(x.dtype()) && x.dtype() != work ? ops::cast(x, work) : x);
+  std::vector<Tensor> out;
+  {
+    AutocastScope scope(work == policy_.variable_dtype() ? std::nullopt : std::optional<DType>(work));
+    out = call(cast_in, training);
+  }
+  for (Tensor& y : out)
+    if (y.defined() && castable(y.dtype()) && y.dtype() != out_dtype) y = ops::cast(y, out_dtype);
+  return out;
 }
 
 Tensor Layer::operator()(const Tensor& x, bool training) {

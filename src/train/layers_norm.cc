@@ -17,6 +17,7 @@ using detail::layer_error;
 class BatchNormLayer final : public UnaryLayer {
  public:
   BatchNormLayer(BatchNormOptions opts, std::string name) : UnaryLayer(std::move(name)), opts_(opts) {
+    computes_in_variable_dtype_ = true;  // batch statistics in f32 under mixed precision
     KILN_CHECK_ARG(opts.momentum >= 0 && opts.momentum <= 1, "BatchNormalization: momentum must be in [0, 1], got ",
                    opts.momentum);
     KILN_CHECK_ARG(opts.epsilon >= 0, "BatchNormalization: epsilon must be >= 0, got ", opts.epsilon);
@@ -77,6 +78,7 @@ class LayerNormLayer final : public UnaryLayer {
  public:
   LayerNormLayer(double eps, int64_t axis, std::string name) : UnaryLayer(std::move(name)), eps_(eps), axis_(axis) {
     KILN_CHECK_ARG(eps >= 0, "LayerNormalization: epsilon must be >= 0, got ", eps);
+    computes_in_variable_dtype_ = true;  // statistics in f32 under mixed precision
   }
   std::string type() const override { return "LayerNormalization"; }
 

@@ -21,7 +21,15 @@ const std::vector<double>& History::at(const std::string& key) const {
   return it->second;
 }
 
-Model::Model(std::string name) : Layer(std::move(name)) {}
+Model::Model(std::string name) : Layer(std::move(name)) {
+  outputs_in_variable_dtype_ = true;  // losses and metrics see f32 under mixed precision
+}
+
+void Model::output_layer_in_float32(Layer& layer) {
+  // Keras' advice for mixed precision, applied by default: the last layer (its
+  // activation, softmax included) computes in f32.
+  if (layer.policy_.is_mixed() && !layer.policy_explicit_) layer.policy_ = DTypePolicy();
+}
 
 std::shared_ptr<Model> Model::functional(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs,
                                          std::string name) {
@@ -56,6 +64,12 @@ void Model::init_graph(std::vector<SymbolicTensor> inputs, std::vector<SymbolicT
   for (auto& out : outputs) {
     if (!out.defined()) throw InvalidArgumentError("Model '" + name() + "': an output is undefined");
     visit(out.node());
+  }
+  for (auto& out : outputs) {
+    if (!out.node()->layer) continue;
+    output_layer_in_float32(*out.node()->layer);
+    for (DType& t : out.node()->dtypes)
+      if (t == DType::kBF16 || t == DType::kF16) t = DType::kF32;
   }
   inputs_ = std::move(inputs);
   outputs_ = std::move(outputs);
@@ -121,6 +135,9 @@ void Model::compile(CompileOptions opts) {
   const std::string loss_name = opts.loss[0]->name();
   for (const std::string& m : opts.metrics) metrics_.push_back(resolve_metric(m, loss_name));
   for (auto& m : opts.metric_objects) metrics_.push_back(m);
+  // Keras: a mixed_float16 model trains with dynamic loss scaling.
+  if (dtype_policy().name() == "mixed_float16" && !dynamic_cast<LossScaleOptimizer*>(opts.optimizer.get()))
+    opts.optimizer = std::make_shared<LossScaleOptimizer>(opts.optimizer);
   opts_ = std::move(opts);
   compiled_ = true;
 }
@@ -158,7 +175,7 @@ Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& 
     Tensor objective = loss;
     for (const Tensor& r : regularization_losses()) objective = objective + r;
     vars = trainable_weights();
-    grads = tape.gradient(objective, vars);
+    grads = tape.gradient(opts_.optimizer->scale_loss(objective), vars);
   }
   opts_.optimizer->apply_gradients(grads, vars);
   Logs logs;
@@ -443,6 +460,13 @@ std::vector<std::pair<std::string, Variable>> Model::named_weights() const {
   return out;
 }
 
+namespace {
+std::string optimizer_state_key(const Variable& v) {
+  const std::string& n = v.name();
+  return "optimizer/" + n.substr(n.rfind('/') + 1);
+}
+}  // namespace
+
 CheckpointData Model::state() const {
   CheckpointData d;
   auto named = named_weights();
@@ -460,6 +484,8 @@ CheckpointData Model::state() const {
         d.tensors.emplace_back("optimizer/" + k + "/" + sn.substr(sn.rfind('/') + 1), s.peek());
       }
     }
+    for (const Variable& v : opts_.optimizer->state_variables())
+      d.tensors.emplace_back(optimizer_state_key(v), v.peek());
   }
   d.metadata["epoch"] = std::to_string(epoch_counter);
   d.metadata["step_in_epoch"] = std::to_string(step_in_epoch);
@@ -490,6 +516,9 @@ void Model::load_state(const CheckpointData& data) {
         const std::string& sn = s.name();
         want("optimizer/" + k + "/" + sn.substr(sn.rfind('/') + 1), s);
       }
+    // Optional: a checkpoint from a float32 run restores into a loss-scaled one.
+    for (const Variable& v : opts_.optimizer->state_variables())
+      if (data.find(optimizer_state_key(v))) want(optimizer_state_key(v), v);
   }
   for (auto& [v, t] : plan) v.assign(t.clone());
   auto meta = [&](const char* key) -> int64_t {
@@ -579,6 +608,7 @@ void Sequential::add(LayerPtr layer) {
 
 void Sequential::build(const std::vector<Shape>& input_shapes) {
   if (stack_.empty()) throw FailedPreconditionError("Sequential '" + name() + "' has no layers");
+  output_layer_in_float32(*stack_.back());
   // Build every layer by running a batch of one sample through the stack.
   std::vector<int64_t> dims = input_shapes.at(0).vec();
   if (!dims.empty()) dims[0] = 1;

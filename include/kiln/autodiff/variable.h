@@ -6,9 +6,16 @@
 // gradient tape recording on this thread (that watches accessed variables) to watch
 // it; `assign()` replaces the value (same shape and dtype) and is not recorded.
 //
+// Autocasting (Keras's AutoCastVariable, for mixed precision): inside an
+// AutocastScope(dtype) on the current thread, `value()` of a floating-point variable
+// of another floating dtype returns the value cast to `dtype`. The cast is an op, so
+// tapes record it and gradients reach the variable in its own dtype. Layers open the
+// scope around call() when their dtype policy computes in a narrower type.
+//
 // Thread-safety: none; a Variable is updated by one training loop at a time.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "kiln/core/tensor.h"
@@ -21,8 +28,9 @@ class Variable {
   Variable(Tensor initial, std::string name, bool trainable = true);
 
   bool defined() const { return state_ != nullptr; }
-  // The current value; watched by tapes that watch accessed variables.
-  const Tensor& value() const;
+  // The current value (cast to the autocast dtype, see above); watched by tapes that
+  // watch accessed variables.
+  Tensor value() const;
   // The current value, without telling tapes (for optimizers, checkpoints, printing).
   const Tensor& peek() const;
   // Replaces the value; throws InvalidArgumentError on a shape or dtype change.
@@ -44,6 +52,21 @@ class Variable {
     bool trainable = true;
   };
   std::shared_ptr<State> state_;
+};
+
+// Sets the autocast dtype of the current thread for its lifetime (nested scopes
+// restore the outer one); std::nullopt turns autocasting off inside the scope.
+class AutocastScope {
+ public:
+  explicit AutocastScope(std::optional<DType> dtype);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+  // The dtype floating variables are read as on this thread (nullopt: as stored).
+  static std::optional<DType> current();
+
+ private:
+  std::optional<DType> previous_;
 };
 
 }  // namespace kiln

@@ -18,6 +18,7 @@
 
 #include "kiln/autodiff/variable.h"
 #include "kiln/train/initializers.h"
+#include "kiln/train/mixed_precision.h"
 
 namespace kiln::train {
 
@@ -117,6 +118,16 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
   const std::vector<LayerPtr>& sublayers() const { return sublayers_; }
 
+  // The dtype policy (see mixed_precision.h): the global policy when the layer was
+  // constructed, or the one set here.
+  const DTypePolicy& dtype_policy() const { return policy_; }
+  void set_dtype_policy(DTypePolicy policy) {
+    policy_ = std::move(policy);
+    policy_explicit_ = true;
+  }
+  // Whether set_dtype_policy was called (a Model leaves such output layers alone).
+  bool has_explicit_dtype_policy() const { return policy_explicit_; }
+
  protected:
   // Subclasses: create weights (add_weight) from the input shapes.
   virtual void build(const std::vector<Shape>& input_shapes) { (void)input_shapes; }
@@ -131,6 +142,12 @@ class Layer : public std::enable_shared_from_this<Layer> {
   void track(LayerPtr sub);
 
   std::string name_;
+  DTypePolicy policy_;
+  bool policy_explicit_ = false;
+  // Mixed-precision exceptions (set by subclasses): compute in the variable dtype
+  // (normalization layers), return outputs in the variable dtype (models).
+  bool computes_in_variable_dtype_ = false;
+  bool outputs_in_variable_dtype_ = false;
   bool auto_name_ = false;
   bool trainable_ = true;
   bool built_ = false;
@@ -141,6 +158,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
     bool trainable;
     Regularizer regularizer;
   };
+  // call() with the dtype policy applied: input casts, variable autocasting, output casts.
+  std::vector<Tensor> call_with_policy(const std::vector<Tensor>& inputs, bool training);
   std::vector<Weight> own_;
   std::vector<LayerPtr> sublayers_;
   friend class Model;

@@ -132,6 +132,8 @@ class Model : public Layer {
   // Sets up the functional graph (topological order of the nodes).
   void init_graph(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs);
   void uniquify_names();
+  // Under mixed precision an output layer without an explicit policy computes in f32.
+  static void output_layer_in_float32(Layer& layer);
   // The epoch loop shared by both fit()s: `next_batch(epoch, &x, &y)` gives the
   // epoch's batches until it returns false; `steps` is their number (0: unknown).
   using NextBatchFn = std::function<bool(int epoch, std::vector<Tensor>* x, std::vector<Tensor>* y)>;

@@ -30,25 +30,31 @@ class Optimizer {
   // One update of every variable from its gradient (undefined gradients are skipped).
   // Throws InvalidArgumentError when a gradient's shape or dtype differs from its
   // variable's, or the lists' lengths differ.
-  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+  virtual void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+  // The loss the gradients are taken of: `loss` itself, or scaled (LossScaleOptimizer).
+  virtual Tensor scale_loss(const Tensor& loss) const { return loss; }
 
   // Creates the slots for `vars` (apply_gradients does it on first use); call before
   // restoring a checkpoint so the slots exist.
-  void build(const std::vector<Variable>& vars);
+  virtual void build(const std::vector<Variable>& vars);
   // "iterations" and every slot, in a stable order.
-  std::vector<Variable> variables() const;
-  int64_t iterations() const;
+  virtual std::vector<Variable> variables() const;
+  virtual int64_t iterations() const;
   // The learning rate the next step will use.
-  double learning_rate() const;
+  virtual double learning_rate() const;
   // Replaces the learning rate (LearningRateScheduler uses this); drops a schedule.
-  void set_learning_rate(double lr);
+  virtual void set_learning_rate(double lr);
   // The slots of `var` in slot_names() order (empty before build, or for a variable
   // this optimizer does not update).
-  std::vector<Variable> slots(const Variable& var) const {
+  virtual std::vector<Variable> slots(const Variable& var) const {
     auto it = slots_.find(var.uid());
     return it == slots_.end() ? std::vector<Variable>{} : it->second;
   }
-  const Variable& iterations_variable() const { return iterations_; }
+  virtual const Variable& iterations_variable() const { return iterations_; }
+  // Optimizer-wide state beyond iterations and slots (none here; LossScaleOptimizer:
+  // its loss scale and step counter). Model checkpoints save it as
+  // "optimizer/<last component of the variable name>".
+  virtual std::vector<Variable> state_variables() const { return {}; }
 
  protected:
   // Slots per variable (e.g. {"m", "v"}).
@@ -66,6 +72,54 @@ class Optimizer {
   std::unordered_map<uintptr_t, std::vector<Variable>> slots_;
 };
 using OptimizerPtr = std::shared_ptr<Optimizer>;
+
+// Dynamic loss scaling for mixed precision (tf.keras.mixed_precision.LossScaleOptimizer),
+// wrapping another optimizer. The training step multiplies the loss by loss_scale()
+// (scale_loss) so small f16 gradients do not flush to zero; apply_gradients divides the
+// gradients by the scale, then:
+//   - all finite: the inner optimizer applies them; after `dynamic_growth_steps`
+//     consecutive finite steps the scale doubles (if the result is finite);
+//   - any inf or NaN: the step is skipped (weights and slots unchanged, iterations
+//     still counted, as TensorFlow does) and the scale halves, never below 1.
+// Learning rate, iterations and slots are the inner optimizer's. Model::compile wraps
+// the optimizer in one automatically when the model's policy is mixed_float16.
+class LossScaleOptimizer final : public Optimizer {
+ public:
+  // Throws InvalidArgumentError for a null or loss-scaling inner optimizer, an initial
+  // scale that is not finite and > 0, or growth steps < 1.
+  explicit LossScaleOptimizer(OptimizerPtr inner, double initial_scale = 32768.0,
+                              int64_t dynamic_growth_steps = 2000);
+  std::string name() const override { return "loss_scale_optimizer"; }
+  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) override;
+  Tensor scale_loss(const Tensor& loss) const override;
+  void build(const std::vector<Variable>& vars) override { inner_->build(vars); }
+  std::vector<Variable> variables() const override;
+  int64_t iterations() const override { return inner_->iterations(); }
+  double learning_rate() const override { return inner_->learning_rate(); }
+  void set_learning_rate(double lr) override { inner_->set_learning_rate(lr); }
+  std::vector<Variable> slots(const Variable& var) const override { return inner_->slots(var); }
+  const Variable& iterations_variable() const override { return inner_->iterations_variable(); }
+  std::vector<Variable> state_variables() const override { return {scale_, good_steps_}; }
+
+  double loss_scale() const;
+  // Consecutive finite steps since the scale last changed.
+  int64_t good_steps() const;
+  int64_t dynamic_growth_steps() const { return growth_steps_; }
+  // Steps skipped for non-finite gradients by this object (not checkpointed).
+  int64_t skipped_steps() const { return skipped_; }
+  const OptimizerPtr& inner() const { return inner_; }
+
+ protected:
+  std::vector<std::string> slot_names() const override { return {}; }
+  void update(const Variable&, const Tensor&, std::vector<Variable>&, double, int64_t) override {}
+
+ private:
+  OptimizerPtr inner_;
+  int64_t growth_steps_;
+  Variable scale_;       // f32 scalar
+  Variable good_steps_;  // i64 scalar
+  int64_t skipped_ = 0;
+};
 
 // Scales grads in place so their global L2 norm is at most clip_norm; returns the
 // norm before clipping.
