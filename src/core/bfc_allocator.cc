@@ -278,6 +278,11 @@ AllocatorStats BFCAllocator::stats() const {
   return s;
 }
 
+void BFCAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->st.peak_bytes_in_use = impl_->st.bytes_in_use;
+}
+
 size_t BFCAllocator::trim() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->trim_locked();

@@ -180,13 +180,29 @@ void run(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, De
     meta = heap_meta.data();
   }
   if (!inputs.empty()) device = inputs[0].device();
+  bool mixed_cpu = false;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined()) throw InvalidArgumentError(detail::str_cat("op '", op.name, "': input ", i, " is undefined"));
-    if (t.device() != device)
-      throw InvalidArgumentError(detail::str_cat("op '", op.name, "': input ", i, " is on ", t.device().str(),
-                                                 " but input 0 is on ", device.str()));
+    if (t.device() != device) {
+      // Logical CPU devices (kiln/core/device_config.h) all hold host memory, so a CPU
+      // kernel reads any of them; other devices must match exactly.
+      if (t.device().type != DeviceType::kCPU || device.type != DeviceType::kCPU)
+        throw InvalidArgumentError(detail::str_cat("op '", op.name, "': input ", i, " is on ", t.device().str(),
+                                                   " but input 0 is on ", device.str()));
+      mixed_cpu = true;
+    }
     meta[i] = TensorMeta{t.shape(), t.dtype()};
+  }
+  if (mixed_cpu) {
+    // Outputs go with the largest input (the first of equals), so that a constant such
+    // as the scalar in `x * 2.0` does not pull them onto cpu:0.
+    int64_t best = -1;
+    for (const Tensor& t : inputs)
+      if (t.numel() > best) {
+        best = t.numel();
+        device = t.device();
+      }
   }
   std::vector<TensorMeta> out_meta = op.infer(std::span<const TensorMeta>(meta, inputs.size()), attrs);
   DType key = op.dispatch_input >= 0 ? meta[op.dispatch_input].dtype : out_meta.at(0).dtype;

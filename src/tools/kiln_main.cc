@@ -5,10 +5,12 @@
 #include <iostream>
 #include <map>
 
+#include "kiln/core/error.h"
 #include "kiln/core/op_registry.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/version.h"
 #include "demo.h"
+#include "devices_cmd.h"
 #include "records_cmd.h"
 #include "train_cmd.h"
 
@@ -35,21 +37,6 @@ int cmd_ops(bool verbose) {
   return 0;
 }
 
-int cmd_devices() {
-  for (int t = 0; t < kiln::kNumDeviceTypes; ++t) {
-    kiln::Backend* b = kiln::find_backend(static_cast<kiln::DeviceType>(t));
-    if (!b) continue;
-    for (int i = 0; i < b->device_count(); ++i) {
-      kiln::DeviceProperties p = b->properties(i);
-      std::string feats;
-      for (auto& f : p.features) feats += f + " ";
-      std::printf("%s:%d  %s  memory=%.1f GiB  features: %s\n", b->name(), i, p.name.c_str(),
-                  static_cast<double>(p.memory_bytes) / (1 << 30), feats.c_str());
-    }
-  }
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,7 +46,8 @@ int main(int argc, char** argv) {
   bool verbose = false;
   auto* ops = app.add_subcommand("ops", "List every registered op with its dtypes per backend");
   ops->add_flag("-v,--verbose", verbose, "Also print each op's description");
-  auto* devices = app.add_subcommand("devices", "List the devices kiln can use");
+  kiln::tools::DevicesArgs devices_args;
+  auto* devices = kiln::tools::add_devices_command(app, devices_args);
   int64_t demo_n = 1024;
   auto* demo = app.add_subcommand("demo", "Numerical self-check of the op library and a matmul timing");
   demo->add_option("-n,--size", demo_n, "matmul size")->check(CLI::Range(int64_t{16}, int64_t{8192}));
@@ -70,12 +58,16 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*ops) return cmd_ops(verbose);
-    if (*devices) return cmd_devices();
+    if (*devices) return kiln::tools::run_devices(devices_args);
     if (*demo) return kiln::tools::run_demo(demo_n);
     if (*train) return kiln::tools::run_train(train_args);
     if (*records) return kiln::tools::run_records(records_args);
     std::cout << app.help();
     return 0;
+  } catch (const kiln::ResourceExhaustedError& e) {
+    std::fprintf(stderr, "kiln: %s\nkiln: resource exhausted: raise the limit (--memory-limit, KILN_CPU_MEMORY_LIMIT) "
+                 "or use less memory (e.g. a smaller --batch-size); see docs/devices.md\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kiln: %s\n", e.what());
     return 1;

@@ -11,6 +11,7 @@
 #include <limits>
 #include <sstream>
 
+#include "kiln/core/device_config.h"
 #include "kiln/train/model.h"
 #include "kiln/train/tensorboard.h"
 #include "train_util.h"
@@ -233,12 +234,28 @@ class TensorBoardCb : public Callback {
     if (freq_ > 0 && step_ % freq_ == 0)
       for (auto& [k, v] : logs) train_->scalar("batch_" + k, v, step_);
   }
+  void on_epoch_begin(int, Logs&) override {
+    // Peaks are per epoch: each initialized device's peak restarts here.
+    for (const auto& d : config::list_logical_devices())
+      if (d.initialized) config::reset_peak_memory_stats(d.device);
+  }
   void on_epoch_end(int epoch, Logs& logs) override {
     for (auto& [k, v] : logs) {
       if (k.rfind("val_", 0) == 0)
         val_->scalar("epoch_" + k.substr(4), v, epoch);
       else
         train_->scalar("epoch_" + k, v, epoch);
+    }
+    // Allocator statistics of every initialized logical device, as
+    // memory/<device>/<stat> with the device's ':' made '_' (as TensorFlow sanitizes tags).
+    for (const auto& d : config::list_logical_devices()) {
+      if (!d.initialized) continue;
+      AllocatorStats st = config::memory_stats(d.device);
+      std::string dev = d.device.str();
+      dev[dev.find(':')] = '_';
+      train_->scalar("memory/" + dev + "/bytes_in_use", static_cast<double>(st.bytes_in_use), epoch);
+      train_->scalar("memory/" + dev + "/peak_bytes_in_use", static_cast<double>(st.peak_bytes_in_use), epoch);
+      train_->scalar("memory/" + dev + "/bytes_reserved", static_cast<double>(st.bytes_reserved), epoch);
     }
     train_->flush();
     val_->flush();

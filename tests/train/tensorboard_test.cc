@@ -6,10 +6,16 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "core/device_config_internal.h"
+#include "kiln/core/device_config.h"
+#include "kiln/core/random.h"
 #include "kiln/data/tfrecord.h"
+#include "kiln/train/layers.h"
+#include "kiln/train/model.h"
 #include "tensorboard/event.pb.h"
 #include "test_util.h"
 
@@ -114,6 +120,49 @@ TEST(SummaryWriter, UncreatableLogdirThrows) {
   data::write_tfrecords(file, {});
   EXPECT_KILN_ERROR(SummaryWriter(file + "/sub"), kFailedPrecondition, file);
   EXPECT_KILN_ERROR(SummaryWriter(file), kFailedPrecondition, "log directory");
+}
+
+// The TensorBoard callback writes each initialized logical device's allocator
+// statistics per epoch: memory/cpu_0/bytes_in_use, peak_bytes_in_use, bytes_reserved.
+TEST(TensorBoardCallback, WritesAllocatorStatsPerDevice) {
+  config::internal::reset_for_testing();  // fresh devices: split the CPU in two
+  config::set_logical_device_configuration(Device::cpu(), {{0}, {0}});
+  const Device cpu1{DeviceType::kCPU, 1};
+  Tensor held = Tensor::empty({1 << 20}, DType::kU8, cpu1);  // 1 MiB on cpu:1 through both epochs
+  set_seed(4);
+  auto m = std::make_shared<Sequential>(std::vector<LayerPtr>{layers::Dense(16, "relu"), layers::Dense(3)}, Shape{8});
+  m->compile({optimizers::Adam({0.01}), {losses::SparseCategoricalCrossentropy(true)}, {}});
+  Tensor x = kiln::testing::rand_tensor({64, 8}, DType::kF32, -1, 1, 5);
+  Tensor y = Tensor::from_vector<int32_t>(std::vector<int32_t>(64, 1), {64});
+  TempDir dir("tb_memory");
+  m->fit(x, y, {.epochs = 2, .batch_size = 16, .callbacks = {callbacks::TensorBoard(dir.path())}, .verbose = 0});
+  std::string path;
+  for (auto& e : fs::directory_iterator(dir.path() + "/train")) path = e.path().string();
+  std::map<std::string, std::map<int64_t, double>> got;  // tag -> step -> value
+  for (const tensorflow::Event& e : read_events(path))
+    if (e.has_summary())
+      for (const auto& v : e.summary().value())
+        if (v.tag().rfind("memory/", 0) == 0) got[v.tag()][e.step()] = v.simple_value();
+  const std::vector<std::string> want = {
+      "memory/cpu_0/bytes_in_use", "memory/cpu_0/bytes_reserved", "memory/cpu_0/peak_bytes_in_use",
+      "memory/cpu_1/bytes_in_use", "memory/cpu_1/bytes_reserved", "memory/cpu_1/peak_bytes_in_use"};
+  std::vector<std::string> tags;
+  for (auto& [tag, steps] : got) tags.push_back(tag);
+  EXPECT_EQ(tags, want);
+  for (int64_t epoch : {0, 1}) {
+    SCOPED_TRACE(epoch);
+    // cpu:1 holds exactly the 1 MiB buffer, in its first 2 MiB region.
+    EXPECT_EQ(got["memory/cpu_1/bytes_in_use"][epoch], 1 << 20);
+    EXPECT_EQ(got["memory/cpu_1/peak_bytes_in_use"][epoch], 1 << 20);
+    EXPECT_EQ(got["memory/cpu_1/bytes_reserved"][epoch], 2 << 20);
+    // cpu:0 ran the model: the peak within the epoch covers what remains in use.
+    EXPECT_GT(got["memory/cpu_0/bytes_in_use"][epoch], 0);
+    EXPECT_GT(got["memory/cpu_0/peak_bytes_in_use"][epoch], got["memory/cpu_0/bytes_in_use"][epoch]);
+    EXPECT_GE(got["memory/cpu_0/bytes_reserved"][epoch], got["memory/cpu_0/peak_bytes_in_use"][epoch]);
+  }
+  EXPECT_EQ(config::memory_stats(cpu1).bytes_in_use, 1 << 20);
+  held = Tensor();
+  config::internal::reset_for_testing();
 }
 
 }  // namespace

@@ -42,6 +42,8 @@ class BFCAllocator final : public Allocator {
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr) override;
   AllocatorStats stats() const override;
+  // Sets peak_bytes_in_use to the current bytes_in_use (tf.config.experimental.reset_memory_stats).
+  void reset_peak();
   // Returns regions with no allocation in them to the SubAllocator; returns bytes freed.
   size_t trim();
   // Size of the chunk behind an allocation (>= the request). For tests.
