@@ -42,8 +42,12 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       ->check(CLI::NonNegativeNumber);
   c->add_option("--backup-freq", a.backup_freq, "Batches between crash-recovery backups (with --checkpoint-dir)")
       ->check(CLI::NonNegativeNumber);
+  c->add_option("--precision", a.precision,
+                "Dtype policy: float32, mixed_bfloat16 or mixed_float16 (f16 adds dynamic loss scaling)")
+      ->check(CLI::IsMember({"float32", "mixed_bfloat16", "mixed_float16"}));
   c->add_option("--verbose", a.verbose, "0 silent, 1 progress bar, 2 one line per epoch (default: 1 on a TTY, else 2)")
       ->check(CLI::Range(-1, 2));
+  add_device_options(c, a.devices);
   return c;
 }
 
@@ -90,6 +94,7 @@ class EpochCheckpoint : public Callback {
 }  // namespace
 
 int run_train(const TrainArgs& a) {
+  apply_device_options(a.devices);  // before the first tensor
   set_seed(a.seed);
   // Either tensors from the IDX files or Datasets over TFRecord shards.
   Tensor x, y, tx, ty;
@@ -110,8 +115,11 @@ int run_train(const TrainArgs& a) {
   }
   const int verbose = a.verbose >= 0 ? a.verbose : (isatty(STDOUT_FILENO) ? 1 : 2);
 
+  set_global_policy(a.precision);
   ModelPtr model = build_model(a.model);
   if (verbose > 0) model->summary(std::cout);
+  if (verbose > 0 && a.precision != "float32")
+    std::cout << "Precision: " << a.precision << " (variables f32, output layer and loss f32)\n";
   model->compile({optimizers::Adam({a.learning_rate}), {losses::SparseCategoricalCrossentropy(/*from_logits=*/true)},
                   {"accuracy"}});
 
@@ -143,6 +151,11 @@ int run_train(const TrainArgs& a) {
     j["epochs"] = a.epochs;
     j["batch_size"] = a.batch_size;
     j["threads"] = num_threads();
+    j["precision"] = a.precision;
+    if (auto* lso = dynamic_cast<LossScaleOptimizer*>(model->optimizer().get())) {
+      j["loss_scale"] = lso->loss_scale();
+      j["skipped_steps"] = lso->skipped_steps();
+    }
     if (!train_ds) j["train_samples"] = x.dim(0);
     if (h.history.count("input_wait")) j["input_wait"] = h.at("input_wait").back();
     auto last = [&](const char* k) { return h.history.count(k) && !h.at(k).empty() ? h.at(k).back() : 0.0; };

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "device_options.h"
+
 namespace kiln::tools {
 
 struct TrainArgs {
@@ -21,6 +23,8 @@ struct TrainArgs {
   int64_t max_samples = 0;
   int64_t backup_freq = 100;
   int verbose = -1;
+  std::string precision = "float32";  // dtype policy: float32, mixed_bfloat16, mixed_float16
+  DeviceArgs devices;                  // --memory-limit, --memory-growth, --logical-devices, --visible-devices
 };
 
 // Adds the subcommand and its options (bound to `args`) to `app`.

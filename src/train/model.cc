@@ -135,6 +135,20 @@ void Model::compile(CompileOptions opts) {
   const std::string loss_name = opts.loss[0]->name();
   for (const std::string& m : opts.metrics) metrics_.push_back(resolve_metric(m, loss_name));
   for (auto& m : opts.metric_objects) metrics_.push_back(m);
+  if (!opts.precision.empty()) {
+    const DTypePolicy policy(opts.precision);  // throws on an unknown name
+    std::function<void(Layer&)> apply = [&](Layer& l) {
+      if (!l.policy_explicit_) l.policy_ = policy;
+      for (const LayerPtr& s : l.sublayers_) apply(*s);
+    };
+    apply(*this);
+    if (is_functional()) {
+      for (auto& out : outputs_)
+        if (out.node()->layer) output_layer_in_float32(*out.node()->layer);
+    } else if (auto* seq = dynamic_cast<Sequential*>(this); seq && !seq->stack().empty()) {
+      output_layer_in_float32(*seq->stack().back());
+    }
+  }
   // Keras: a mixed_float16 model trains with dynamic loss scaling.
   if (dtype_policy().name() == "mixed_float16" && !dynamic_cast<LossScaleOptimizer*>(opts.optimizer.get()))
     opts.optimizer = std::make_shared<LossScaleOptimizer>(opts.optimizer);

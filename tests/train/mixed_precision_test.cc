@@ -215,5 +215,32 @@ TEST(MixedPrecisionTest, Float16CompileWrapsTheOptimizerAndRecoversFromOverflow)
   EXPECT_EQ(w->inner()->name(), "sgd");
 }
 
+TEST(MixedPrecisionTest, CompilePrecisionRetrofitsABuiltModel) {
+  set_seed(13);
+  LayerPtr hidden = layers::Dense(32, "relu"), pinned = layers::Dense(32, "relu"), out = layers::Dense(2);
+  pinned->set_dtype_policy(DTypePolicy("float32"));
+  auto m = std::make_shared<Sequential>(std::vector<LayerPtr>{hidden, pinned, out}, Shape{8});
+  Tensor x, y;
+  blobs(&x, &y, 256, 23);
+  const Tensor before = (*m)(x);
+  EXPECT_KILN_ERROR(m->compile({optimizers::Adam(), {losses::SparseCategoricalCrossentropy(true)}, {}, {}, {}, "fp8"}),
+                    kInvalidArgument, "unknown dtype policy 'fp8'");
+  EXPECT_EQ(hidden->dtype_policy().name(), "float32");  // a rejected compile changes nothing
+  m->compile({optimizers::Adam(), {losses::SparseCategoricalCrossentropy(true)}, {"accuracy"}, {}, {}, "mixed_float16"});
+  EXPECT_EQ(m->dtype_policy().name(), "mixed_float16");
+  EXPECT_EQ(hidden->dtype_policy().name(), "mixed_float16");
+  EXPECT_EQ(pinned->dtype_policy().name(), "float32");  // explicit policies are kept
+  EXPECT_EQ(out->dtype_policy().name(), "float32");     // the output layer stays f32
+  EXPECT_NE(dynamic_cast<LossScaleOptimizer*>(m->optimizer().get()), nullptr);
+  EXPECT_EQ(hidden(x).dtype(), DType::kF16);
+  // Same weights, now computed through f16: close to the f32 outputs, not identical.
+  const Tensor after = (*m)(x);
+  EXPECT_EQ(after.dtype(), DType::kF32);
+  EXPECT_FALSE(array_equal(after, before));
+  EXPECT_CLOSE(after, before, 0.02, 0.02);
+  History h = m->fit(x, y, {.epochs = 10, .batch_size = 32, .verbose = 0});
+  EXPECT_GT(h.at("accuracy").back(), 0.9);
+}
+
 }  // namespace
 }  // namespace kiln::train

@@ -39,6 +39,11 @@ struct CompileOptions {
   std::vector<std::string> metrics = {};   // names, see metrics::get (applied to output 0)
   std::vector<double> loss_weights = {};   // per output, default 1
   std::vector<MetricPtr> metric_objects = {};
+  // A dtype policy name (mixed_precision.h) for the model and every layer in it
+  // without an explicit policy, output layers excepted (they stay float32 under a
+  // mixed policy); empty keeps the policies the layers were built with. Variables are
+  // f32 under every policy, so this also works on a trained or restored model.
+  std::string precision = "";
 };
 
 struct FitOptions {
