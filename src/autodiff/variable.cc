@@ -18,7 +18,14 @@ static void require(const void* state) {
 
 namespace {
 thread_local std::optional<DType> t_autocast;
+thread_local VariableObserver* t_var_observer = nullptr;
 }  // namespace
+
+VariableObserver* set_variable_observer(VariableObserver* observer) {
+  VariableObserver* prev = t_var_observer;
+  t_var_observer = observer;
+  return prev;
+}
 
 AutocastScope::AutocastScope(std::optional<DType> dtype) : previous_(t_autocast) { t_autocast = dtype; }
 AutocastScope::~AutocastScope() { t_autocast = previous_; }
@@ -27,6 +34,7 @@ std::optional<DType> AutocastScope::current() { return t_autocast; }
 Tensor Variable::value() const {
   require(state_.get());
   GradientTape::notify_variable_read(state_->value, state_->trainable);
+  if (t_var_observer) t_var_observer->on_read(*this, state_->value);
   const DType stored = state_->value.dtype();
   if (t_autocast && *t_autocast != stored && is_floating(stored) && is_floating(*t_autocast))
     return ops::cast(state_->value, *t_autocast);
@@ -35,6 +43,7 @@ Tensor Variable::value() const {
 
 const Tensor& Variable::peek() const {
   require(state_.get());
+  if (t_var_observer) t_var_observer->on_read(*this, state_->value);
   return state_->value;
 }
 
@@ -43,6 +52,7 @@ void Variable::assign(const Tensor& v) const {
   if (!v.defined()) throw InvalidArgumentError("Variable '" + state_->name + "': assigned an undefined tensor");
   if (v.shape() != state_->value.shape() || v.dtype() != state_->value.dtype())
     throw InvalidArgumentError("Variable '" + state_->name + "' is " + state_->value.desc() + ", assigned " + v.desc());
+  if (t_var_observer) t_var_observer->on_assign(*this, v);
   state_->value = v;
 }
 

@@ -54,6 +54,17 @@ class Variable {
   std::shared_ptr<State> state_;
 };
 
+// Observes every read (value() and peek()) and assign() of any Variable on the current
+// thread: graph tracing (kiln/graph/function.h) captures variables by reference with it.
+class VariableObserver {
+ public:
+  virtual ~VariableObserver() = default;
+  virtual void on_read(const Variable& var, const Tensor& value) = 0;
+  virtual void on_assign(const Variable& var, const Tensor& value) = 0;
+};
+// Installs an observer for the current thread; returns the previous one.
+VariableObserver* set_variable_observer(VariableObserver* observer);
+
 // Sets the autocast dtype of the current thread for its lifetime (nested scopes
 // restore the outer one); std::nullopt turns autocasting off inside the scope.
 class AutocastScope {

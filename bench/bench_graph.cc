@@ -1,0 +1,79 @@
+// Graph mode vs eager: the same callables run through kiln::function (traced, passes,
+// memory plan, executor) as "kiln" and eagerly as "peer", so the ratio is the speedup
+// of tracing:
+//   mlp_forward/<batch>: 784-256-128-10 ReLU inference;
+//   mlp_train_step/<batch>: forward, tape gradients, SGD update of the same MLP;
+//   chain/<n>: 20 small elementwise ops on n floats (dispatch-bound).
+// Run: build/default/bin/bench_graph --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+#include "kiln/autodiff/tape.h"
+#include "kiln/graph/function.h"
+#include "kiln/kiln.h"
+#include "ratio_reporter.h"
+
+using namespace kiln;
+
+namespace {
+
+struct Mlp {
+  Variable w1{ops::random_uniform({784, 256}, -0.05, 0.05, DType::kF32, 1), "w1"};
+  Variable b1{ops::zeros({256}), "b1"};
+  Variable w2{ops::random_uniform({256, 128}, -0.05, 0.05, DType::kF32, 2), "w2"};
+  Variable b2{ops::zeros({128}), "b2"};
+  Variable w3{ops::random_uniform({128, 10}, -0.05, 0.05, DType::kF32, 3), "w3"};
+  Variable b3{ops::zeros({10}), "b3"};
+  Tensor forward(const Tensor& x) const {
+    Tensor h = ops::relu(ops::add(ops::matmul(x, w1.value()), b1.value()));
+    h = ops::relu(ops::add(ops::matmul(h, w2.value()), b2.value()));
+    return ops::add(ops::matmul(h, w3.value()), b3.value());
+  }
+  std::vector<Tensor> train_step(const std::vector<Tensor>& xy) {
+    std::vector<Variable> vars{w1, b1, w2, b2, w3, b3};
+    GradientTape tape;
+    Tensor loss = ops::mean(ops::square(ops::sub(forward(xy[0]), xy[1])));
+    std::vector<Tensor> g = tape.gradient(loss, vars);
+    for (size_t i = 0; i < vars.size(); ++i)
+      vars[i].assign(ops::sub(vars[i].peek(), ops::mul(g[i], ops::scalar(0.01))));
+    return {loss};
+  }
+};
+
+void run(benchmark::State& st, const TracedFn& fn, const std::vector<Tensor>& args, bool traced) {
+  Function f = function(fn);
+  if (traced) f(args);  // trace outside the timing
+  for (auto _ : st) benchmark::DoNotOptimize((traced ? f(args) : fn(args))[0].raw_data());
+}
+
+void mlp_forward(benchmark::State& st, bool traced) {
+  Mlp m;
+  Tensor x = ops::random_uniform({st.range(0), 784}, 0, 1, DType::kF32, 4);
+  run(st, [&](const std::vector<Tensor>& a) { return std::vector<Tensor>{m.forward(a[0])}; }, {x}, traced);
+}
+
+void mlp_train_step(benchmark::State& st, bool traced) {
+  Mlp m;
+  Tensor x = ops::random_uniform({st.range(0), 784}, 0, 1, DType::kF32, 5);
+  Tensor y = ops::random_uniform({st.range(0), 10}, 0, 1, DType::kF32, 6);
+  run(st, [&](const std::vector<Tensor>& a) { return m.train_step(a); }, {x, y}, traced);
+}
+
+void chain(benchmark::State& st, bool traced) {
+  Tensor x = ops::random_uniform({st.range(0)}, -1, 1, DType::kF32, 7);
+  run(st,
+      [](const std::vector<Tensor>& a) {
+        Tensor t = a[0];
+        for (int i = 0; i < 10; ++i) t = ops::tanh(ops::mul(t, ops::scalar(0.9)));
+        return std::vector<Tensor>{t};
+      },
+      {x}, traced);
+}
+
+}  // namespace
+
+BENCHMARK_CAPTURE(mlp_forward, kiln, true)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(mlp_forward, peer, false)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(mlp_train_step, kiln, true)->Arg(128)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(mlp_train_step, peer, false)->Arg(128)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(chain, kiln, true)->Arg(64)->Arg(1 << 16)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(chain, peer, false)->Arg(64)->Arg(1 << 16)->Unit(benchmark::kMicrosecond);
+
+KILN_BENCH_MAIN();

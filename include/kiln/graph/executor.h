@@ -1,0 +1,54 @@
+#pragma once
+// Runs a Graph (graph.h) with the same kernels as eager mode.
+//
+// A plan is made once per distinct set of input shapes and dtypes: every op node's
+// outputs are re-inferred (so a graph traced at one batch size runs at another when
+// its attrs do not pin the batch), kernels are looked up, and a static memory plan
+// gives every intermediate an offset in one arena: liveness analysis frees a buffer
+// after its last reader, and later buffers reuse the space (best fit). `reshape`
+// outputs are views of their input. Graph outputs and assigned values get buffers
+// of their own (they outlive the run). A run then allocates nothing per op: the
+// arena is reused from run to run.
+//
+// Thread-safety: run() may be called from several threads; runs of one plan are
+// serialised (they share its arena).
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "kiln/graph/graph.h"
+
+namespace kiln::graph {
+
+struct MemoryPlanStats {
+  int64_t arena_bytes = 0;   // the planned arena
+  int64_t naive_bytes = 0;   // the sum of every intermediate buffer (no reuse)
+  int64_t num_buffers = 0;   // intermediates placed in the arena
+  int64_t pinned_bytes = 0;  // outputs and assigned values (own allocations)
+};
+
+class Executor {
+ public:
+  explicit Executor(Graph graph);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Runs the graph on `inputs` (graph.num_inputs tensors) and applies its
+  // assignments; returns the outputs. Throws InvalidArgumentError when the inputs do
+  // not fit the graph (count, dtype, or shapes its ops reject).
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // The memory plan for inputs of these shapes and dtypes (planned if new).
+  MemoryPlanStats memory_stats(const std::vector<TensorMeta>& inputs);
+  const Graph& graph() const { return graph_; }
+
+ private:
+  struct Plan;
+  Plan& plan_for(const std::vector<TensorMeta>& inputs);
+  Graph graph_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace kiln::graph

@@ -1,0 +1,43 @@
+#pragma once
+// Graph passes: one per file (src/graph/passes/), composed in one ordered list with
+// levels (ONNX Runtime's layout). Each pass rewrites a Graph in place and keeps its
+// meaning: the same outputs (to rounding where a pass says so) and the same variable
+// assignments.
+//
+// Level 1 (default): dead-code elimination, common-subexpression elimination,
+// constant folding, algebraic simplification (identity ops, x*1, x+0, double
+// transpose, reshape chains, cast round trips through a wider type).
+#include <string>
+#include <vector>
+
+#include "kiln/graph/graph.h"
+
+namespace kiln::graph {
+
+inline constexpr int kDefaultLevel = 1;
+
+struct Pass {
+  const char* name;
+  int level;  // runs when the pipeline's level >= level
+  void (*run)(Graph& g);
+};
+
+// Every pass in pipeline order.
+const std::vector<Pass>& passes();
+
+// Runs the passes of level <= `level` in order; with `dump_dir` non-empty (or the
+// KILN_DUMP_GRAPH environment variable set), writes <dir>/<name>.<NN>-<pass>.{txt,dot}
+// before the first and after every pass.
+void optimize(Graph& g, int level = kDefaultLevel, const std::string& name = "function", std::string dump_dir = "");
+
+// The passes, callable alone (tests).
+void eliminate_dead_code(Graph& g);
+void eliminate_common_subexpressions(Graph& g);
+void fold_constants(Graph& g);
+void simplify_algebra(Graph& g);
+
+// Helpers for passes: every use of `from` (node inputs, outputs, assignments) now
+// reads `to`.
+void replace_uses(Graph& g, ValueRef from, ValueRef to);
+
+}  // namespace kiln::graph

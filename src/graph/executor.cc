@@ -1,0 +1,246 @@
+#include "kiln/graph/executor.h"
+
+#include <algorithm>
+#include <list>
+
+#include "kiln/core/error.h"
+#include "kiln/core/allocator.h"
+
+namespace kiln::graph {
+namespace {
+
+std::string key_of(const std::vector<TensorMeta>& in) {
+  std::string k;
+  for (const TensorMeta& m : in) k += std::string(dtype_name(m.dtype)) + m.shape.str() + ";";
+  return k;
+}
+
+size_t align_up(size_t n) { return (n + Allocator::kAlignment - 1) / Allocator::kAlignment * Allocator::kAlignment; }
+
+// First-fit free list over [0, end): returns offsets, reuses freed ranges best-fit.
+class ArenaPlanner {
+ public:
+  size_t allocate(size_t bytes) {
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->second >= bytes && (best == free_.end() || it->second < best->second)) best = it;
+    if (best == free_.end()) {
+      // Grow: merge with a free block that ends at the current end.
+      if (!free_.empty() && free_.back().first + free_.back().second == end_) {
+        size_t off = free_.back().first;
+        free_.pop_back();
+        end_ = off + bytes;
+        return off;
+      }
+      size_t off = end_;
+      end_ += bytes;
+      return off;
+    }
+    size_t off = best->first;
+    if (best->second == bytes) {
+      free_.erase(best);
+    } else {
+      best->first += bytes;
+      best->second -= bytes;
+    }
+    return off;
+  }
+  void release(size_t off, size_t bytes) {
+    auto it = free_.begin();
+    while (it != free_.end() && it->first < off) ++it;
+    it = free_.insert(it, {off, bytes});
+    // Coalesce with neighbours.
+    if (auto next = std::next(it); next != free_.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free_.erase(next);
+    }
+    if (it != free_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free_.erase(it);
+      }
+    }
+  }
+  size_t end() const { return end_; }
+
+ private:
+  std::list<std::pair<size_t, size_t>> free_;  // sorted by offset
+  size_t end_ = 0;
+};
+
+bool is_view_op(const OpDef* op) { return op && op->name == "reshape"; }
+
+}  // namespace
+
+struct Executor::Plan {
+  enum class Where : uint8_t { kExternal, kArena, kPinned, kView };
+  struct Buf {
+    Where where = Where::kExternal;
+    size_t offset = 0;
+    TensorMeta meta;
+  };
+  std::vector<std::vector<Buf>> bufs;  // per node, per output
+  std::vector<KernelFn> kernels;
+  std::vector<std::vector<Tensor>> in, out;  // per node, reused from run to run
+  std::shared_ptr<Storage> arena;
+  MemoryPlanStats stats;
+  std::mutex run_mu;
+};
+
+Executor::Executor(Graph graph) : graph_(std::move(graph)) { graph_.check(); }
+Executor::~Executor() = default;
+
+Executor::Plan& Executor::plan_for(const std::vector<TensorMeta>& inputs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string key = key_of(inputs);
+  if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+  if (static_cast<int>(inputs.size()) != graph_.num_inputs)
+    throw InvalidArgumentError("graph: expected " + std::to_string(graph_.num_inputs) + " inputs, got " +
+                               std::to_string(inputs.size()));
+  auto p = std::make_unique<Plan>();
+  const size_t n = graph_.nodes.size();
+  p->bufs.resize(n);
+  p->kernels.assign(n, nullptr);
+  p->in.resize(n);
+  p->out.resize(n);
+  // 1. Shapes and kernels.
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = graph_.nodes[i];
+    std::vector<TensorMeta> metas;
+    switch (node.kind) {
+      case NodeKind::kInput: {
+        const TensorMeta& got = inputs[static_cast<size_t>(node.input_index)];
+        if (got.dtype != node.outputs[0].dtype)
+          throw InvalidArgumentError("graph: input " + std::to_string(node.input_index) + " should be " +
+                                     std::string(dtype_name(node.outputs[0].dtype)) + ", got " +
+                                     std::string(dtype_name(got.dtype)));
+        metas = {got};
+        break;
+      }
+      case NodeKind::kConstant:
+      case NodeKind::kVariable: metas = node.outputs; break;
+      case NodeKind::kOp: {
+        std::vector<TensorMeta> in;
+        for (ValueRef v : node.inputs) in.push_back(p->bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)].meta);
+        try {
+          metas = node.op->infer(in, node.attrs);
+        } catch (const Error& e) {
+          throw InvalidArgumentError("graph: node %" + std::to_string(i) + " (" + node.op->name +
+                                     ") rejects these input shapes: " + e.message());
+        }
+        DType key = node.op->dispatch_input >= 0 ? in.at(static_cast<size_t>(node.op->dispatch_input)).dtype
+                                                 : metas.at(0).dtype;
+        p->kernels[i] = node.op->kernel(DeviceType::kCPU, key);
+        if (!p->kernels[i] && !is_view_op(node.op))
+          throw UnimplementedError("graph: op '" + node.op->name + "' has no cpu kernel for dtype " +
+                                   std::string(dtype_name(key)));
+        break;
+      }
+    }
+    p->bufs[i].resize(metas.size());
+    for (size_t k = 0; k < metas.size(); ++k) {
+      Plan::Buf& b = p->bufs[i][k];
+      b.meta = metas[k];
+      if (node.kind == NodeKind::kOp) b.where = is_view_op(node.op) ? Plan::Where::kView : Plan::Where::kArena;
+    }
+    p->in[i].resize(node.inputs.size());
+    p->out[i].resize(metas.size());
+  }
+  // 2. Liveness on buffer roots (a view's reads keep its root alive).
+  auto root = [&](ValueRef v) {
+    while (p->bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)].where == Plan::Where::kView)
+      v = graph_.nodes[static_cast<size_t>(v.node)].inputs[0];
+    return v;
+  };
+  std::map<ValueRef, size_t> last_use;
+  for (size_t i = 0; i < n; ++i)
+    for (ValueRef v : graph_.nodes[i].inputs) last_use[root(v)] = i;
+  auto pin = [&](ValueRef v) {
+    ValueRef r = root(v);
+    Plan::Buf& b = p->bufs[static_cast<size_t>(r.node)][static_cast<size_t>(r.index)];
+    if (b.where == Plan::Where::kArena) b.where = Plan::Where::kPinned;
+  };
+  for (ValueRef o : graph_.outputs) pin(o);
+  for (const Assignment& a : graph_.assignments) pin(a.value);
+  // 3. Offsets: allocate a node's outputs, then release what it read for the last time.
+  ArenaPlanner arena;
+  std::map<size_t, std::vector<ValueRef>> frees;  // node -> buffers whose last reader it is
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t k = 0; k < p->bufs[i].size(); ++k) {
+      Plan::Buf& b = p->bufs[i][k];
+      const auto bytes = static_cast<int64_t>(b.meta.shape.numel()) * static_cast<int64_t>(dtype_size(b.meta.dtype));
+      if (b.where == Plan::Where::kPinned) p->stats.pinned_bytes += bytes;
+      if (b.where != Plan::Where::kArena) continue;
+      const size_t sz = align_up(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+      b.offset = arena.allocate(sz);
+      p->stats.naive_bytes += static_cast<int64_t>(sz);
+      ++p->stats.num_buffers;
+      const ValueRef self{static_cast<int>(i), static_cast<int>(k)};
+      auto lu = last_use.find(self);
+      frees[lu == last_use.end() ? i : lu->second].push_back(self);  // unread outputs die at once
+    }
+    if (auto f = frees.find(i); f != frees.end())
+      for (ValueRef v : f->second) {
+        const Plan::Buf& b = p->bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)];
+        arena.release(b.offset, align_up(std::max<size_t>(
+                                    static_cast<size_t>(b.meta.shape.numel()) * dtype_size(b.meta.dtype), 1)));
+      }
+  }
+  p->stats.arena_bytes = static_cast<int64_t>(arena.end());
+  if (arena.end() > 0) p->arena = std::make_shared<Storage>(arena.end(), Device::cpu());
+  return *plans_.emplace(key, std::move(p)).first->second;
+}
+
+MemoryPlanStats Executor::memory_stats(const std::vector<TensorMeta>& inputs) { return plan_for(inputs).stats; }
+
+std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
+  std::vector<TensorMeta> metas;
+  metas.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) throw InvalidArgumentError("graph: input " + std::to_string(i) + " is undefined");
+    if (inputs[i].device().type != DeviceType::kCPU)
+      throw UnimplementedError("graph: inputs must be on the CPU, input " + std::to_string(i) + " is " +
+                               inputs[i].desc());
+    metas.push_back({inputs[i].shape(), inputs[i].dtype()});
+  }
+  Plan& p = plan_for(metas);
+  std::lock_guard<std::mutex> lock(p.run_mu);
+  const size_t n = graph_.nodes.size();
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = graph_.nodes[i];
+    std::vector<Tensor>& out = p.out[i];
+    switch (node.kind) {
+      case NodeKind::kInput: out[0] = inputs[static_cast<size_t>(node.input_index)]; continue;
+      case NodeKind::kConstant: out[0] = node.constant; continue;
+      case NodeKind::kVariable: out[0] = node.variable.peek(); continue;
+      case NodeKind::kOp: break;
+    }
+    std::vector<Tensor>& in = p.in[i];
+    for (size_t j = 0; j < node.inputs.size(); ++j)
+      in[j] = p.out[static_cast<size_t>(node.inputs[j].node)][static_cast<size_t>(node.inputs[j].index)];
+    for (size_t k = 0; k < out.size(); ++k) {
+      const Plan::Buf& b = p.bufs[i][k];
+      if (b.where == Plan::Where::kView) out[k] = in[0].reshape(b.meta.shape);
+      else if (b.where == Plan::Where::kPinned) out[k] = Tensor::empty(b.meta.shape, b.meta.dtype);
+      else out[k] = Tensor(p.arena, b.offset, b.meta.shape, b.meta.dtype);
+    }
+    if (p.kernels[i] && p.bufs[i][0].where != Plan::Where::kView) {
+      OpContext ctx{*node.op, in, out, node.attrs};
+      p.kernels[i](ctx);
+    }
+  }
+  auto value = [&](ValueRef v) { return p.out[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)]; };
+  std::vector<Tensor> results;
+  results.reserve(graph_.outputs.size());
+  for (ValueRef o : graph_.outputs) results.push_back(value(o));
+  for (const Assignment& a : graph_.assignments) a.variable.assign(value(a.value));
+  // Drop the per-node handles so arena views do not outlive the run.
+  for (size_t i = 0; i < n; ++i) {
+    for (Tensor& t : p.in[i]) t = Tensor();
+    for (Tensor& t : p.out[i]) t = Tensor();
+  }
+  return results;
+}
+
+}  // namespace kiln::graph

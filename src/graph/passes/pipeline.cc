@@ -1,0 +1,57 @@
+// The pass pipeline: the ordered list, levels, dumps.
+#include <cstdlib>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "kiln/graph/passes.h"
+
+namespace kiln::graph {
+
+const std::vector<Pass>& passes() {
+  // Order: fold and simplify first (they expose duplicates and dead nodes), then
+  // merge duplicates, then drop what nothing reads.
+  static const std::vector<Pass> kPasses = {
+      {"constant_folding", 1, fold_constants},
+      {"algebraic_simplification", 1, simplify_algebra},
+      {"common_subexpression_elimination", 1, eliminate_common_subexpressions},
+      {"dead_code_elimination", 1, eliminate_dead_code},
+  };
+  return kPasses;
+}
+
+void replace_uses(Graph& g, ValueRef from, ValueRef to) {
+  for (Node& n : g.nodes)
+    for (ValueRef& v : n.inputs)
+      if (v == from) v = to;
+  for (ValueRef& v : g.outputs)
+    if (v == from) v = to;
+  for (Assignment& a : g.assignments)
+    if (a.value == from) a.value = to;
+}
+
+namespace {
+void dump(const std::string& dir, const std::string& name, int step, const std::string& what, const Graph& g) {
+  std::filesystem::create_directories(dir);
+  char prefix[32];
+  std::snprintf(prefix, sizeof prefix, ".%02d-", step);
+  const std::string base = (std::filesystem::path(dir) / (name + prefix + what)).string();
+  std::ofstream(base + ".txt") << g.str();
+  std::ofstream(base + ".dot") << g.dot();
+}
+}  // namespace
+
+void optimize(Graph& g, int level, const std::string& name, std::string dump_dir) {
+  if (dump_dir.empty())
+    if (const char* env = std::getenv("KILN_DUMP_GRAPH")) dump_dir = env;
+  int step = 0;
+  if (!dump_dir.empty()) dump(dump_dir, name, step++, "traced", g);
+  for (const Pass& p : passes()) {
+    if (p.level > level) continue;
+    p.run(g);
+    g.check();
+    if (!dump_dir.empty()) dump(dump_dir, name, step++, p.name, g);
+  }
+}
+
+}  // namespace kiln::graph

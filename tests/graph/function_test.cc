@@ -1,0 +1,183 @@
+// kiln::function: tracing, concrete functions per signature, pinned signatures,
+// variables by reference, assignments, a traced train step, and the executor's memory
+// plan. References: the same callables run eagerly.
+#include <filesystem>
+
+#include "kiln/autodiff/tape.h"
+#include "kiln/graph/function.h"
+#include "kiln/ops.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+using graph::Graph;
+using testing::make;
+using testing::rand_tensor;
+
+struct Mlp {
+  Variable w1{rand_tensor({4, 8}, DType::kF32, -1, 1, 1), "w1"};
+  Variable b1{rand_tensor({8}, DType::kF32, -1, 1, 2), "b1"};
+  Variable w2{rand_tensor({8, 3}, DType::kF32, -1, 1, 3), "w2"};
+  std::vector<Tensor> operator()(const std::vector<Tensor>& x) const {
+    return {ops::matmul(ops::relu(ops::add(ops::matmul(x[0], w1.value()), b1.value())), w2.value())};
+  }
+};
+
+TEST(FunctionTest, TracesOncePerSignatureAndMatchesEager) {
+  Mlp m;
+  Function f = function([&](const std::vector<Tensor>& x) { return m(x); });
+  Tensor x1 = rand_tensor({5, 4}, DType::kF32, -1, 1, 7), x2 = rand_tensor({5, 4}, DType::kF32, -1, 1, 8);
+  EXPECT_CLOSE(f({x1})[0], m({x1})[0], 0, 0);  // the tracing call
+  EXPECT_CLOSE(f({x2})[0], m({x2})[0], 1e-6, 1e-6);  // the executor
+  EXPECT_EQ(f.num_traces(), 1);
+  const Graph& g = f.concrete({x2}).graph();
+  EXPECT_EQ(g.count_ops("matmul"), 2);
+  EXPECT_EQ(g.count_ops("relu"), 1);
+  // A new batch size is a new signature.
+  Tensor x3 = rand_tensor({2, 4}, DType::kF32, -1, 1, 9);
+  EXPECT_CLOSE(f({x3})[0], m({x3})[0], 1e-6, 1e-6);
+  EXPECT_EQ(f.num_traces(), 2);
+}
+
+TEST(FunctionTest, VariablesAreCapturedByReference) {
+  Mlp m;
+  Function f = function([&](const std::vector<Tensor>& x) { return m(x); });
+  Tensor x = rand_tensor({3, 4}, DType::kF32, -1, 1, 4);
+  f({x});
+  m.w2.assign(ops::mul(m.w2.peek(), ops::scalar(2.0)));
+  EXPECT_CLOSE(f({x})[0], m({x})[0], 1e-6, 1e-6);
+  EXPECT_EQ(f.num_traces(), 1);
+}
+
+TEST(FunctionTest, PinnedSignatureReusesTheTraceAcrossBatchSizes) {
+  Mlp m;
+  FunctionOptions o;
+  o.input_signature = std::vector<TensorSpec>{{{-1, 4}, DType::kF32}};
+  o.name = "mlp";
+  Function f = function([&](const std::vector<Tensor>& x) { return m(x); }, o);
+  for (int64_t b : {3, 7, 1, 7}) {
+    Tensor x = rand_tensor({b, 4}, DType::kF32, -1, 1, static_cast<uint64_t>(b));
+    EXPECT_CLOSE(f({x})[0], m({x})[0], 1e-6, 1e-6);
+  }
+  EXPECT_EQ(f.num_traces(), 1);
+  EXPECT_KILN_ERROR(f({rand_tensor({3, 5}, DType::kF32)}), kInvalidArgument,
+                    "mlp: argument 0 is f32[3, 5] on cpu:0, the signature wants f32[-1, 4]");
+  EXPECT_KILN_ERROR(f({rand_tensor({3, 4}, DType::kF64)}), kInvalidArgument, "the signature wants f32[-1, 4]");
+  EXPECT_KILN_ERROR(f({}), kInvalidArgument, "the input signature has 1 tensors, got 0 arguments");
+}
+
+TEST(FunctionTest, TraceThatFixesTheBatchIsTracedAgainForAnotherBatch) {
+  FunctionOptions o;
+  o.input_signature = std::vector<TensorSpec>{{{-1, 6}, DType::kF32}};
+  // The reshape names the traced batch size: the pinned trace cannot run batch 4.
+  Function f = function(
+      [](const std::vector<Tensor>& x) {
+        return std::vector<Tensor>{ops::sum(ops::reshape(x[0], {x[0].dim(0), 2, 3}), {2})};
+      },
+      o);
+  Tensor a = rand_tensor({2, 6}, DType::kF32), b = rand_tensor({4, 6}, DType::kF32);
+  f({a});
+  EXPECT_CLOSE(f({b})[0], ops::sum(ops::reshape(b, {4, 2, 3}), {2}), 1e-6, 1e-6);
+  EXPECT_EQ(f.num_traces(), 2);
+  EXPECT_CLOSE(f({b})[0], ops::sum(ops::reshape(b, {4, 2, 3}), {2}), 1e-6, 1e-6);
+  EXPECT_EQ(f.num_traces(), 2);
+}
+
+TEST(FunctionTest, AssignmentsReplayInOrder) {
+  Variable acc(ops::zeros({3}), "acc");
+  Function f = function([&](const std::vector<Tensor>& x) {
+    acc.assign(ops::add(acc.value(), x[0]));
+    acc.assign(ops::mul(acc.value(), ops::scalar(2.0)));  // reads the first assignment
+    return std::vector<Tensor>{ops::sum(acc.value())};
+  });
+  Tensor one = make<float>({1, 2, 3}, {3});
+  EXPECT_EQ(f({one})[0].item<double>(), 12.0);        // acc = (0 + x) * 2
+  EXPECT_EQ(f({one})[0].item<double>(), 36.0);        // acc = (acc + x) * 2
+  EXPECT_CLOSE(acc.peek(), make<float>({6, 12, 18}, {3}), 0, 0);
+  const Graph& g = f.concrete({one}).graph();
+  ASSERT_EQ(g.assignments.size(), 1u);  // the last assignment of acc wins
+  EXPECT_EQ(g.count_ops("mul"), 1);
+}
+
+TEST(FunctionTest, TracedTrainStepMatchesEagerSteps) {
+  // Linear regression, one SGD step per call: forward, tape gradient, update.
+  auto make_step = [](Variable& w, Variable& b) {
+    return [&w, &b](const std::vector<Tensor>& xy) {
+      GradientTape tape;
+      Tensor pred = ops::add(ops::matmul(xy[0], w.value()), b.value());
+      Tensor loss = ops::mean(ops::square(ops::sub(pred, xy[1])));
+      std::vector<Tensor> g = tape.gradient(loss, {w, b});
+      w.assign(ops::sub(w.peek(), ops::mul(g[0], ops::scalar(0.1))));
+      b.assign(ops::sub(b.peek(), ops::mul(g[1], ops::scalar(0.1))));
+      return std::vector<Tensor>{loss};
+    };
+  };
+  Variable we(ops::zeros({3, 1}), "w"), be(ops::zeros({1}), "b");
+  Variable wt(ops::zeros({3, 1}), "w"), bt(ops::zeros({1}), "b");
+  auto eager = make_step(we, be);
+  Function traced = function(make_step(wt, bt));
+  Tensor x = rand_tensor({16, 3}, DType::kF32, -1, 1, 5);
+  Tensor y = ops::add(ops::matmul(x, make<float>({1, -2, 0.5f}, {3, 1})), ops::scalar(0.3));
+  std::vector<double> losses;
+  for (int s = 0; s < 20; ++s) {
+    const double le = eager({x, y})[0].item<double>();
+    const double lt = traced({x, y})[0].item<double>();
+    EXPECT_NEAR(lt, le, 1e-5 * (1 + le)) << "step " << s;
+    losses.push_back(lt);
+  }
+  EXPECT_EQ(traced.num_traces(), 1);
+  EXPECT_LT(losses.back(), 0.2 * losses.front());
+  EXPECT_CLOSE(wt.peek(), we.peek(), 1e-5, 1e-6);
+  EXPECT_CLOSE(bt.peek(), be.peek(), 1e-5, 1e-6);
+  // Forward, backward and update are one graph.
+  const Graph& g = traced.concrete({x, y}).graph();
+  EXPECT_GE(g.count_ops("matmul"), 2);
+  EXPECT_EQ(g.assignments.size(), 2u);
+}
+
+TEST(FunctionTest, RandomOpsAndBadCallsAreClearErrors) {
+  Function f = function([](const std::vector<Tensor>& x) {
+    return std::vector<Tensor>{ops::add(x[0], ops::random_uniform(x[0].shape(), 0, 1, DType::kF32, 3))};
+  });
+  EXPECT_KILN_ERROR(f({ops::zeros({2})}), kUnimplemented, "random op 'random_uniform' in a traced function");
+  Function g = function([](const std::vector<Tensor>& x) { return std::vector<Tensor>{Tensor()}; });
+  EXPECT_KILN_ERROR(g({ops::zeros({2})}), kInvalidArgument, "result 0 is undefined");
+  EXPECT_KILN_ERROR(Function(nullptr), kInvalidArgument, "callable is empty");
+  Function h = function([](const std::vector<Tensor>& x) { return std::vector<Tensor>{ops::exp(x[0])}; });
+  EXPECT_KILN_ERROR(h({Tensor()}), kInvalidArgument, "argument 0 is undefined");
+}
+
+TEST(ExecutorTest, MemoryPlanReusesBuffersOfAChain) {
+  // Ten elementwise ops in a chain: two live buffers at a time suffice.
+  Function f = function([](const std::vector<Tensor>& x) {
+    Tensor t = x[0];
+    for (int i = 0; i < 10; ++i) t = i % 2 ? ops::exp(ops::neg(t)) : ops::tanh(t);
+    return std::vector<Tensor>{t};
+  });
+  Tensor x = rand_tensor({128, 128}, DType::kF32, -1, 1, 11);
+  Tensor want = f({x})[0];
+  Tensor got = f({x})[0];
+  EXPECT_CLOSE(got, want, 1e-6, 1e-6);
+  graph::MemoryPlanStats st = f.concrete({x}).executor().memory_stats({{x.shape(), x.dtype()}});
+  const int64_t buf = 128 * 128 * 4;
+  EXPECT_EQ(st.num_buffers, 14);  // 15 ops; the last result is pinned
+  EXPECT_EQ(st.naive_bytes, 14 * buf);
+  EXPECT_EQ(st.arena_bytes, 2 * buf);
+  EXPECT_EQ(st.pinned_bytes, buf);
+  // Results of different runs do not share memory.
+  Tensor again = f({x})[0];
+  EXPECT_NE(again.raw_data(), got.raw_data());
+  EXPECT_CLOSE(got, want, 1e-6, 1e-6);
+}
+
+TEST(ExecutorTest, DumpsGraphsPerPass) {
+  testing::TempDir dir("graph_dump");
+  Graph g = graph::trace([](const std::vector<Tensor>& x) { return std::vector<Tensor>{ops::add(x[0], x[0])}; },
+                         {ops::ones({2})});
+  graph::optimize(g, 1, "f", dir.path());
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/f.00-traced.txt"));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/f.04-dead_code_elimination.dot"));
+}
+
+}  // namespace
+}  // namespace kiln
