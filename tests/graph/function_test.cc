@@ -31,8 +31,9 @@ TEST(FunctionTest, TracesOncePerSignatureAndMatchesEager) {
   EXPECT_CLOSE(f({x2})[0], m({x2})[0], 1e-6, 1e-6);  // the executor
   EXPECT_EQ(f.num_traces(), 1);
   const Graph& g = f.concrete({x2}).graph();
-  EXPECT_EQ(g.count_ops("matmul"), 2);
-  EXPECT_EQ(g.count_ops("relu"), 1);
+  EXPECT_EQ(g.count_ops("fused_matmul"), 1);  // relu(x @ w1 + b1)
+  EXPECT_EQ(g.count_ops("matmul"), 1);        // h @ w2 has no bias
+  EXPECT_EQ(g.count_ops("relu"), 0);
   // A new batch size is a new signature.
   Tensor x3 = rand_tensor({2, 4}, DType::kF32, -1, 1, 9);
   EXPECT_CLOSE(f({x3})[0], m({x3})[0], 1e-6, 1e-6);
@@ -129,10 +130,42 @@ TEST(FunctionTest, TracedTrainStepMatchesEagerSteps) {
   EXPECT_LT(losses.back(), 0.2 * losses.front());
   EXPECT_CLOSE(wt.peek(), we.peek(), 1e-5, 1e-6);
   EXPECT_CLOSE(bt.peek(), be.peek(), 1e-5, 1e-6);
-  // Forward, backward and update are one graph.
+  // Forward, backward and update are one graph; the forward matmul + bias is fused.
   const Graph& g = traced.concrete({x, y}).graph();
-  EXPECT_GE(g.count_ops("matmul"), 2);
+  EXPECT_EQ(g.count_ops("fused_matmul"), 1);
+  EXPECT_GE(g.count_ops("matmul"), 1);  // the weight gradient
   EXPECT_EQ(g.assignments.size(), 2u);
+}
+
+TEST(FunctionTest, TracedReluNetworkTrainStepFusesAndMatchesEager) {
+  auto make_step = [](std::vector<Variable>& v) {
+    return [&v](const std::vector<Tensor>& xy) {
+      GradientTape tape;
+      Tensor h = ops::relu(ops::add(ops::matmul(xy[0], v[0].value()), v[1].value()));
+      Tensor loss = ops::mean(ops::square(ops::sub(ops::add(ops::matmul(h, v[2].value()), v[3].value()), xy[1])));
+      std::vector<Tensor> g = tape.gradient(loss, v);
+      for (size_t i = 0; i < v.size(); ++i) v[i].assign(ops::sub(v[i].peek(), ops::mul(g[i], ops::scalar(0.05))));
+      return std::vector<Tensor>{loss};
+    };
+  };
+  auto vars = [] {
+    return std::vector<Variable>{Variable(rand_tensor({4, 16}, DType::kF32, -1, 1, 1), "w1"),
+                                 Variable(ops::zeros({16}), "b1"),
+                                 Variable(rand_tensor({16, 2}, DType::kF32, -1, 1, 2), "w2"),
+                                 Variable(ops::zeros({2}), "b2")};
+  };
+  std::vector<Variable> ve = vars(), vt = vars();
+  auto eager = make_step(ve);
+  Function traced = function(make_step(vt));
+  Tensor x = rand_tensor({32, 4}, DType::kF32, -1, 1, 3), y = rand_tensor({32, 2}, DType::kF32, -1, 1, 4);
+  for (int s = 0; s < 10; ++s) {
+    const double le = eager({x, y})[0].item<double>(), lt = traced({x, y})[0].item<double>();
+    EXPECT_NEAR(lt, le, 1e-5 * (1 + le)) << "step " << s;
+  }
+  for (size_t i = 0; i < ve.size(); ++i) EXPECT_CLOSE(vt[i].peek(), ve[i].peek(), 1e-5, 1e-6);
+  const Graph& g = traced.concrete({x, y}).graph();
+  EXPECT_EQ(g.count_ops("fused_matmul"), 2);  // the ReLU's backward reads its output, so the ReLU fuses too
+  EXPECT_EQ(g.count_ops("relu"), 0);
 }
 
 TEST(FunctionTest, RandomOpsAndBadCallsAreClearErrors) {

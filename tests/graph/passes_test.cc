@@ -91,6 +91,57 @@ TEST(PassesTest, BroadcastingNeutralConstantIsKept) {
   EXPECT_EQ(run(g, {make<float>({1, 2, 3}, {3})})[0].shape(), Shape({2, 3}));
 }
 
+TEST(PassesTest, FusesMatmulBiasRelu) {
+  Tensor w1 = rand_tensor({6, 5}, DType::kF32, -1, 1, 1), b1 = rand_tensor({5}, DType::kF32, -1, 1, 2);
+  Tensor w2 = rand_tensor({5, 3}, DType::kF32, -1, 1, 3), b2 = rand_tensor({3}, DType::kF32, -1, 1, 4);
+  Graph g = traced(
+      [&](const std::vector<Tensor>& x) {
+        Tensor h = ops::relu(ops::add(ops::matmul(x[0], w1), b1));
+        Tensor shared = ops::matmul(h, ops::transpose(w2, {1, 0}), false, true);  // read twice: not fusable
+        return std::vector<Tensor>{ops::add(b2, ops::matmul(h, w2)), ops::add(shared, shared)};
+      },
+      {ops::ones({4, 6})});
+  Tensor x = rand_tensor({4, 6}, DType::kF32, -1, 1, 5);
+  std::vector<Tensor> want = run(g, {x});
+  optimize(g);
+  EXPECT_EQ(g.count_ops("fused_matmul"), 2);  // matmul+add+relu, and bias + matmul
+  EXPECT_EQ(g.count_ops("relu"), 0);
+  EXPECT_EQ(g.count_ops("matmul"), 1);       // the shared one
+  std::vector<Tensor> got = run(g, {x});
+  EXPECT_CLOSE(got[0], want[0], 1e-6, 1e-6);
+  EXPECT_CLOSE(got[1], want[1], 1e-6, 1e-6);
+  int relu_fused = 0;
+  for (const Node& n : g.nodes)
+    if (n.kind == NodeKind::kOp && n.op->name == "fused_matmul") relu_fused += n.attrs.get_string("activation") == "relu";
+  EXPECT_EQ(relu_fused, 1);
+}
+
+TEST(PassesTest, SharedMatmulIsNotFused) {
+  Tensor w = rand_tensor({3, 2}, DType::kF32), b = rand_tensor({2}, DType::kF32);
+  Graph g = traced(
+      [&](const std::vector<Tensor>& x) {
+        Tensor m = ops::matmul(x[0], w);
+        return std::vector<Tensor>{ops::add(m, b), ops::exp(m)};
+      },
+      {ops::ones({2, 3})});
+  optimize(g);
+  EXPECT_EQ(g.count_ops("fused_matmul"), 0);
+  EXPECT_EQ(g.count_ops("matmul"), 1);
+}
+
+TEST(FusedMatmulOp, MatchesComposedOpsAndChecksShapes) {
+  const OpDef& op = OpRegistry::global().get("fused_matmul");
+  Tensor a = rand_tensor({5, 4}, DType::kF32, -1, 1, 8), b = rand_tensor({3, 4}, DType::kF32, -1, 1, 9);
+  Tensor bias = rand_tensor({3}, DType::kF32, -1, 1, 10);
+  Tensor got = call_op1(op, std::vector<Tensor>{a, b, bias}, {{"transpose_b", true}, {"activation", std::string("relu")}});
+  EXPECT_CLOSE(got, ops::relu(ops::add(ops::matmul(a, b, false, true), bias)), 1e-6, 1e-6);
+  Tensor lin = call_op1(op, std::vector<Tensor>{a, b, bias}, {{"transpose_b", true}});
+  EXPECT_CLOSE(lin, ops::add(ops::matmul(a, b, false, true), bias), 1e-6, 1e-6);
+  EXPECT_KILN_ERROR(call_op1(op, std::vector<Tensor>{a, b, bias}, {}), kInvalidArgument, "shapes do not chain");
+  EXPECT_KILN_ERROR(call_op1(op, std::vector<Tensor>{a, b, bias}, {{"transpose_b", true}, {"activation", std::string("gelu")}}),
+                    kInvalidArgument, "unknown activation 'gelu'");
+}
+
 // Random graphs: chains and diamonds of elementwise ops over the input, constants and
 // duplicated subexpressions; the optimised graph must compute the same outputs.
 TEST(PassesTest, RandomGraphsKeepTheirValues) {

@@ -7,6 +7,7 @@
 // Level 1 (default): dead-code elimination, common-subexpression elimination,
 // constant folding, algebraic simplification (identity ops, x*1, x+0, double
 // transpose, reshape chains, cast round trips through a wider type).
+// Level 2: fusion (matmul + bias + ReLU into fused_matmul).
 #include <string>
 #include <vector>
 
@@ -14,7 +15,7 @@
 
 namespace kiln::graph {
 
-inline constexpr int kDefaultLevel = 1;
+inline constexpr int kDefaultLevel = 2;
 
 struct Pass {
   const char* name;
@@ -35,6 +36,7 @@ void eliminate_dead_code(Graph& g);
 void eliminate_common_subexpressions(Graph& g);
 void fold_constants(Graph& g);
 void simplify_algebra(Graph& g);
+void fuse_matmul_bias_activation(Graph& g);
 
 // Helpers for passes: every use of `from` (node inputs, outputs, assignments) now
 // reads `to`.

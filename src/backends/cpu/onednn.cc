@@ -85,16 +85,37 @@ std::string dims_key(const dnnl::memory::dims& d) {
 }  // namespace
 
 bool gemm(const GemmDims& d, DType dtype, const void* a, const void* b, void* c) {
+  return gemm(d, dtype, a, b, nullptr, false, c);
+}
+
+bool gemm(const GemmDims& d, DType dtype, const void* a, const void* b, const void* bias, bool relu, void* c) {
   auto dt = to_dnnl(dtype);
   std::string key = "mm|" + std::to_string(static_cast<int>(dtype)) + "|" + dims_key(d.a_batch) + "|" +
                     dims_key(d.b_batch) + "|" + std::to_string(d.M) + "," + std::to_string(d.N) + "," +
-                    std::to_string(d.K) + "|" + std::to_string(d.trans_a) + std::to_string(d.trans_b);
+                    std::to_string(d.K) + "|" + std::to_string(d.trans_a) + std::to_string(d.trans_b) + "|" +
+                    std::to_string(bias != nullptr) + std::to_string(relu);
   auto a_md = matrix_desc(d.a_batch, d.M, d.K, d.trans_a, dt);
   auto b_md = matrix_desc(d.b_batch, d.K, d.N, d.trans_b, dt);
   auto c_md = matrix_desc(d.c_batch, d.M, d.N, false, dt);
+  // The bias broadcasts over every dim but the last.
+  dnnl::memory::dims bias_dims(d.c_batch.size() + 2, 1);
+  bias_dims.back() = d.N;
+  dnnl::memory::desc bias_md(bias_dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
+  if (bias) {
+    dnnl::memory::dims strides(bias_dims.size(), d.N);
+    strides.back() = 1;
+    bias_md = dnnl::memory::desc(bias_dims, dnnl::memory::data_type::f32, strides);
+  }
   dnnl::primitive prim = cached(key, [&]() -> dnnl::primitive {
     try {
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine());
+      dnnl::primitive_attr attr;
+      if (relu) {
+        dnnl::post_ops po;
+        po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        attr.set_post_ops(po);
+      }
+      auto desc = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
+      dnnl::matmul::primitive_desc pd(desc, attr, engine());
       if (dtype != DType::kF32 && !is_optimized(pd)) return dnnl::primitive();
       return dnnl::matmul(pd);
     } catch (const dnnl::error&) {
@@ -106,7 +127,9 @@ bool gemm(const GemmDims& d, DType dtype, const void* a, const void* b, void* c)
   dnnl::memory am(a_md, engine(), const_cast<void*>(a));
   dnnl::memory bm(b_md, engine(), const_cast<void*>(b));
   dnnl::memory cm(c_md, engine(), c);
-  prim.execute(stream(), {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_md, engine(), const_cast<void*>(bias)));
+  prim.execute(stream(), args);
   stream().wait();
   return true;
 }

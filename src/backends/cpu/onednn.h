@@ -34,5 +34,8 @@ struct GemmDims {
   bool trans_a = false, trans_b = false;
 };
 bool gemm(const GemmDims& d, DType dtype, const void* a, const void* b, void* c);
+// The same with a bias [N] (dtype f32) added to every row and, when `relu`, a ReLU
+// post-op: one pass over C (fused_matmul).
+bool gemm(const GemmDims& d, DType dtype, const void* a, const void* b, const void* bias, bool relu, void* c);
 
 }  // namespace kiln::cpu::onednn

@@ -120,11 +120,13 @@ V sigmoid_vjp(const VjpContext& c) {
   const Tensor& y = c.outputs[0];
   return {ops::mul(ops::mul(c.cotangents[0], y), ops::sub(scalar_like(y, 1), y))};
 }
-// Two ops: one compare, one select (the hot path of every ReLU network).
+// Two ops: one compare, one select (the hot path of every ReLU network). Reads the
+// output (y > 0 exactly where x > 0), not the input, so a graph can fuse the op that
+// made x into one kernel with the ReLU (src/graph/passes/matmul_bias_activation_fusion.cc).
 V relu_vjp(const VjpContext& c) {
-  const Tensor& x = c.inputs[0];
+  const Tensor& y = c.outputs[0];
   const Tensor& g = c.cotangents[0];
-  return {ops::where(ops::greater(x, scalar_like(x, 0)), g, scalar_like(g, 0))};
+  return {ops::where(ops::greater(y, scalar_like(y, 0)), g, scalar_like(g, 0))};
 }
 V relu6_vjp(const VjpContext& c) {
   const Tensor& x = c.inputs[0];
