@@ -5,6 +5,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/allocator.h"
+#include "kiln/graph/profiler.h"
 
 namespace kiln::graph {
 namespace {
@@ -206,6 +207,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   }
   Plan& p = plan_for(metas);
   std::lock_guard<std::mutex> lock(p.run_mu);
+  const bool profile = profiling();
   const size_t n = graph_.nodes.size();
   for (size_t i = 0; i < n; ++i) {
     const Node& node = graph_.nodes[i];
@@ -227,7 +229,15 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
     }
     if (p.kernels[i] && p.bufs[i][0].where != Plan::Where::kView) {
       OpContext ctx{*node.op, in, out, node.attrs};
-      p.kernels[i](ctx);
+      if (profile) {
+        const double t0 = detail::now_us();
+        p.kernels[i](ctx);
+        const TensorMeta& m = p.bufs[i][0].meta;
+        detail::record_op(node.op->name, static_cast<int>(i), std::string(dtype_name(m.dtype)) + m.shape.str(), t0,
+                          detail::now_us() - t0);
+      } else {
+        p.kernels[i](ctx);
+      }
     }
   }
   auto value = [&](ValueRef v) { return p.out[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)]; };

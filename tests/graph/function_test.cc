@@ -5,6 +5,7 @@
 
 #include "kiln/autodiff/tape.h"
 #include "kiln/graph/function.h"
+#include "kiln/graph/profiler.h"
 #include "kiln/ops.h"
 #include "test_util.h"
 
@@ -210,6 +211,36 @@ TEST(ExecutorTest, DumpsGraphsPerPass) {
   graph::optimize(g, 1, "f", dir.path());
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/f.00-traced.txt"));
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/f.04-dead_code_elimination.dot"));
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(ProfilerTest, ChromeTraceHasOneEventPerExecutedOp) {
+  Function f = function([](const std::vector<Tensor>& x) {
+    return std::vector<Tensor>{ops::exp(ops::tanh(ops::add(x[0], x[0])))};
+  });
+  Tensor x = testing::rand_tensor({3, 4}, DType::kF32);
+  f({x});  // the tracing call runs eagerly: not in the profile
+  graph::start_profiling();
+  EXPECT_TRUE(graph::profiling());
+  f({x});
+  f({x});
+  const std::string json = graph::stop_profiling();
+  EXPECT_FALSE(graph::profiling());
+  auto count = [&](const std::string& needle) {
+    int c = 0;
+    for (size_t pos = json.find(needle); pos != std::string::npos; pos = json.find(needle, pos + 1)) ++c;
+    return c;
+  };
+  EXPECT_EQ(json.rfind("{\"traceEvents\":[", 0), 0u);
+  EXPECT_EQ(count("\"ph\":\"X\""), 6);  // 3 ops x 2 runs
+  EXPECT_EQ(count("\"name\":\"tanh\""), 2);
+  EXPECT_EQ(count("\"shape\":\"f32[3, 4]\""), 6);
+  EXPECT_EQ(graph::stop_profiling(), "{\"traceEvents\":[\n],\"displayTimeUnit\":\"ms\"}\n");  // cleared
 }
 
 }  // namespace
