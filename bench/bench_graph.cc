@@ -3,6 +3,8 @@
 // of tracing:
 //   mlp_forward/<batch>: 784-256-128-10 ReLU inference;
 //   mlp_train_step/<batch>: forward, tape gradients, SGD update of the same MLP;
+//   cnn_forward/<batch>: the built-in cnn's inference (counters: the memory plan's
+//     arena and the naive sum of its intermediates, MiB);
 //   chain/<n>: 20 small elementwise ops on n floats (dispatch-bound).
 // Run: build/default/bin/bench_graph --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include "kiln/autodiff/tape.h"
@@ -37,6 +39,26 @@ struct Mlp {
   }
 };
 
+// The built-in cnn: conv32-pool-conv64-pool-dense128-dense10, NHWC.
+struct Cnn {
+  Variable c1{ops::random_uniform({3, 3, 1, 32}, -0.3, 0.3, DType::kF32, 11), "c1"};
+  Variable cb1{ops::zeros({32}), "cb1"};
+  Variable c2{ops::random_uniform({3, 3, 32, 64}, -0.05, 0.05, DType::kF32, 12), "c2"};
+  Variable cb2{ops::zeros({64}), "cb2"};
+  Variable d1{ops::random_uniform({3136, 128}, -0.02, 0.02, DType::kF32, 13), "d1"};
+  Variable db1{ops::zeros({128}), "db1"};
+  Variable d2{ops::random_uniform({128, 10}, -0.1, 0.1, DType::kF32, 14), "d2"};
+  Variable db2{ops::zeros({10}), "db2"};
+  Tensor forward(const Tensor& x) const {
+    ops::Conv2dOptions same;
+    same.padding = "same";
+    Tensor h = ops::max_pool2d(ops::relu(ops::conv2d(x, c1.value(), same, cb1.value())), {2, 2}, {2, 2});
+    h = ops::max_pool2d(ops::relu(ops::conv2d(h, c2.value(), same, cb2.value())), {2, 2}, {2, 2});
+    h = ops::relu(ops::add(ops::matmul(ops::reshape(h, {x.dim(0), 3136}), d1.value()), db1.value()));
+    return ops::add(ops::matmul(h, d2.value()), db2.value());
+  }
+};
+
 void run(benchmark::State& st, const TracedFn& fn, const std::vector<Tensor>& args, bool traced) {
   Function f = function(fn);
   if (traced) f(args);  // trace outside the timing
@@ -56,6 +78,18 @@ void mlp_train_step(benchmark::State& st, bool traced) {
   run(st, [&](const std::vector<Tensor>& a) { return m.train_step(a); }, {x, y}, traced);
 }
 
+// Counters: the memory plan's arena and the naive sum of its intermediates (MiB).
+void cnn_forward(benchmark::State& st, bool traced) {
+  Cnn m;
+  Tensor x = ops::random_uniform({st.range(0), 28, 28, 1}, 0, 1, DType::kF32, 15);
+  TracedFn fn = [&](const std::vector<Tensor>& a) { return std::vector<Tensor>{m.forward(a[0])}; };
+  Function f = function(fn);
+  graph::MemoryPlanStats ms = f.concrete({x}).executor().memory_stats({{x.shape(), x.dtype()}});
+  st.counters["arena_MiB"] = static_cast<double>(ms.arena_bytes) / (1 << 20);
+  st.counters["naive_MiB"] = static_cast<double>(ms.naive_bytes) / (1 << 20);
+  for (auto _ : st) benchmark::DoNotOptimize((traced ? f({x}) : fn({x}))[0].raw_data());
+}
+
 void chain(benchmark::State& st, bool traced) {
   Tensor x = ops::random_uniform({st.range(0)}, -1, 1, DType::kF32, 7);
   run(st,
@@ -73,6 +107,8 @@ BENCHMARK_CAPTURE(mlp_forward, kiln, true)->Arg(1)->Arg(64)->Unit(benchmark::kMi
 BENCHMARK_CAPTURE(mlp_forward, peer, false)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(mlp_train_step, kiln, true)->Arg(128)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(mlp_train_step, peer, false)->Arg(128)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(cnn_forward, kiln, true)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(cnn_forward, peer, false)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(chain, kiln, true)->Arg(64)->Arg(1 << 16)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(chain, peer, false)->Arg(64)->Arg(1 << 16)->Unit(benchmark::kMicrosecond);
 
