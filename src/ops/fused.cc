@@ -1,4 +1,5 @@
-// Fused ops that graph passes create (src/graph/passes/): one kernel for what eager
+// Fused ops that graph passes create (src/graph/passes/; fused_conv2d lives with
+// conv2d in nn_conv.cc, it shares its attrs): one kernel for what eager
 // mode runs as several ops. Not differentiable: graphs are differentiated before they
 // are fused (a traced train step already holds its backward ops).
 #include "op_util.h"

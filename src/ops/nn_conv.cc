@@ -126,6 +126,19 @@ std::vector<AttrSpec> with(std::vector<AttrSpec> base, std::initializer_list<Att
 
 KILN_REGISTER_OP(detail::make_def("conv2d", "2-d convolution (cross-correlation), optional bias; NHWC/HWIO or NCHW/OIHW", -1,
                      infer_conv2d, kConvAttrs));
+// Graph-only (src/graph/passes/matmul_bias_activation_fusion.cc): activation(conv2d(..)).
+std::vector<TensorMeta> infer_fused_conv2d(std::span<const TensorMeta> in, const Attrs& attrs) {
+  const std::string act = attrs.get_string("activation", "");
+  if (act != "" && act != "relu")
+    throw InvalidArgumentError("fused_conv2d: unknown activation '" + act + "' (expected none or relu)");
+  return infer_conv2d(in, attrs);
+}
+KILN_REGISTER_OP([] {
+  std::vector<AttrSpec> attrs = kConvAttrs;
+  attrs.push_back({"activation", AttrType::kString, "\"\" or \"relu\""});
+  return detail::make_def("fused_conv2d", "activation(conv2d(x, w, bias?)), made by graph fusion", -1,
+                          infer_fused_conv2d, attrs, Differentiable::kNo);
+}());
 KILN_REGISTER_OP(detail::make_def("conv2d_backward_data", "gradient of conv2d w.r.t. its input (transposed convolution)", 2,
                      infer_conv2d_backward_data,
                      with(kConvAttrs, {{"input_shape", AttrType::kInts, "shape of conv2d's input"}})));

@@ -116,6 +116,32 @@ TEST(PassesTest, FusesMatmulBiasRelu) {
   EXPECT_EQ(relu_fused, 1);
 }
 
+TEST(PassesTest, FusesConvRelu) {
+  Tensor w = rand_tensor({3, 3, 2, 4}, DType::kF32, -1, 1, 21), b = rand_tensor({4}, DType::kF32, -1, 1, 22);
+  Tensor w2 = rand_tensor({3, 3, 4, 3}, DType::kF32, -1, 1, 23);
+  Graph g = traced(
+      [&](const std::vector<Tensor>& x) {
+        ops::Conv2dOptions same;
+        same.padding = "same";
+        Tensor h = ops::relu(ops::conv2d(x[0], w, same, b));          // fused, with its bias
+        Tensor c = ops::conv2d(h, w2);                                 // read twice: kept
+        return std::vector<Tensor>{ops::relu(c), ops::exp(c)};
+      },
+      {ops::ones({2, 6, 6, 2})});
+  Tensor x = rand_tensor({2, 6, 6, 2}, DType::kF32, -1, 1, 24);
+  std::vector<Tensor> want = run(g, {x});
+  optimize(g);
+  EXPECT_EQ(g.count_ops("fused_conv2d"), 1);
+  EXPECT_EQ(g.count_ops("conv2d"), 1);
+  EXPECT_EQ(g.count_ops("relu"), 1);
+  std::vector<Tensor> got = run(g, {x});
+  EXPECT_CLOSE(got[0], want[0], 1e-6, 1e-6);
+  EXPECT_CLOSE(got[1], want[1], 1e-6, 1e-6);
+  const OpDef& op = OpRegistry::global().get("fused_conv2d");
+  EXPECT_KILN_ERROR(call_op1(op, std::vector<Tensor>{x, w}, {{"activation", std::string("tanh")}}), kInvalidArgument,
+                    "unknown activation 'tanh'");
+}
+
 TEST(PassesTest, SharedMatmulIsNotFused) {
   Tensor w = rand_tensor({3, 2}, DType::kF32), b = rand_tensor({2}, DType::kF32);
   Graph g = traced(

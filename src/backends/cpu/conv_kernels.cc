@@ -161,13 +161,20 @@ struct DnnlConv {
           nn::window_key(v) + "|" + std::to_string(with_bias);
   }
 
-  dnnl::convolution_forward::primitive_desc forward_pd(dnnl::prop_kind prop) const {
+  // relu: a ReLU post-op on the output (fused_conv2d).
+  dnnl::convolution_forward::primitive_desc forward_pd(dnnl::prop_kind prop, bool relu = false) const {
     using dnnl::convolution_forward;
     auto algo = dnnl::algorithm::convolution_direct;
     convolution_forward::desc d =
         bias.is_zero() ? convolution_forward::desc(prop, algo, src, any_w, dst, strides, dilates, pad_l, pad_r)
                        : convolution_forward::desc(prop, algo, src, any_w, bias, dst, strides, dilates, pad_l, pad_r);
-    return convolution_forward::primitive_desc(d, onednn::engine());
+    dnnl::primitive_attr attr;
+    if (relu) {
+      dnnl::post_ops po;
+      po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(po);
+    }
+    return convolution_forward::primitive_desc(d, attr, onednn::engine());
   }
 };
 
@@ -186,15 +193,16 @@ memory to_internal(const char* kind, const DnnlConv& c, const memory::desc& want
   return im;
 }
 
-void conv2d_f32(OpContext& ctx) {
+// conv2d, and fused_conv2d (relu: a ReLU post-op, one pass over the output).
+void conv2d_forward_f32(OpContext& ctx, bool relu) {
   const Conv2dGeometry g = conv2d_geometry("conv2d", ctx.in[0].shape(), ctx.in[1].shape(), ctx.attrs);
   if (ctx.out[0].numel() == 0) return;
   const bool with_bias = ctx.in.size() == 3;
   const float* bias = with_bias ? static_cast<const float*>(ctx.in[2].raw_data()) : nullptr;
   DnnlConv c(g, with_bias);
   try {
-    dnnl::primitive p = onednn::cached("conv_fwd|" + c.key, [&]() -> dnnl::primitive {
-      return dnnl::convolution_forward(c.forward_pd(dnnl::prop_kind::forward_inference));
+    dnnl::primitive p = onednn::cached("conv_fwd|" + c.key + (relu ? "|relu" : ""), [&]() -> dnnl::primitive {
+      return dnnl::convolution_forward(c.forward_pd(dnnl::prop_kind::forward_inference, relu));
     });
     auto& eng = onednn::engine();
     memory wm = to_internal("fwd", c, nn::queried_md(p, dnnl_query_weights_md), ctx.in[1].raw_data());
@@ -208,7 +216,15 @@ void conv2d_f32(OpContext& ctx) {
     conv_forward_loop<float>(g, static_cast<const float*>(ctx.in[0].raw_data()),
                              static_cast<const float*>(ctx.in[1].raw_data()), bias,
                              static_cast<float*>(ctx.out[0].raw_data()));
+    if (relu) {
+      float* y = static_cast<float*>(ctx.out[0].raw_data());
+      for (int64_t i = 0; i < ctx.out[0].numel(); ++i) y[i] = std::max(y[i], 0.0f);
+    }
   }
+}
+void conv2d_f32(OpContext& ctx) { conv2d_forward_f32(ctx, false); }
+void fused_conv2d_f32(OpContext& ctx) {
+  conv2d_forward_f32(ctx, ctx.attrs.get_string("activation", "") == "relu");
 }
 
 Conv2dGeometry backward_data_geometry(const OpContext& ctx) {
@@ -305,6 +321,7 @@ void conv2d_backward_filter_f64(OpContext& ctx) {
 
 const std::initializer_list<DType> k16 = {DType::kF16, DType::kBF16};
 KILN_REGISTER_KERNEL("conv2d", kCPU, DType::kF32, conv2d_f32);
+KILN_REGISTER_KERNEL("fused_conv2d", kCPU, DType::kF32, fused_conv2d_f32);
 KILN_REGISTER_KERNEL("conv2d", kCPU, DType::kF64, conv2d_f64);
 KILN_REGISTER_KERNEL("conv2d", kCPU, k16, via_f32<conv2d_f32>);
 KILN_REGISTER_KERNEL("conv2d_backward_data", kCPU, DType::kF32, conv2d_backward_data_f32);

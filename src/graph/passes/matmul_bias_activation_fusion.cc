@@ -1,6 +1,7 @@
 // Fusion: matmul(x, w) -> add(., bias) [-> relu] becomes one fused_matmul node (one
 // oneDNN call with the bias and the ReLU as post-ops) when the intermediates have no
-// other reader. f32, rank-2 operands, a rank-1 bias of the output's width.
+// other reader (f32, rank-2 operands, a rank-1 bias of the output's width); and
+// conv2d(x, w[, bias]) -> relu becomes fused_conv2d (a ReLU post-op).
 #include <map>
 
 #include "kiln/graph/passes.h"
@@ -55,6 +56,26 @@ void fuse_matmul_bias_activation(Graph& g) {
     f.outputs = target->outputs;
     *target = std::move(f);
     uses[mv] = 0;
+  }
+
+  // conv2d (+ its bias input) -> relu, the ReLU the conv's only reader.
+  const OpDef& fused_conv = OpRegistry::global().get("fused_conv2d");
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& conv = g.nodes[i];
+    if (!is_op(conv, "conv2d") || conv.outputs[0].dtype != DType::kF32) continue;
+    const ValueRef cv{static_cast<int>(i), 0};
+    if (uses[cv] != 1 || !reader.count(cv)) continue;
+    Node& relu = g.nodes[static_cast<size_t>(reader[cv])];
+    if (!is_op(relu, "relu")) continue;
+    Node f;
+    f.kind = NodeKind::kOp;
+    f.op = &fused_conv;
+    f.inputs = conv.inputs;
+    f.attrs = conv.attrs;
+    f.attrs.set("activation", std::string("relu"));
+    f.outputs = relu.outputs;
+    relu = std::move(f);
+    uses[cv] = 0;
   }
 }
 
