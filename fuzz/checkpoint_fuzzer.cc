@@ -7,17 +7,17 @@
 #include <string>
 #include <string_view>
 
-#include "train/checkpoint_internal.h"
+#include "core/tensor_file_internal.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace kiln::train;
-  CheckpointData d;
+  using kiln::TensorFile;
+  TensorFile d;
   try {
-    d = internal::parse_checkpoint(std::string_view(reinterpret_cast<const char*>(data), size), "<fuzz>");
+    d = kiln::internal::parse_tensor_file(std::string_view(reinterpret_cast<const char*>(data), size), "<fuzz>");
   } catch (const kiln::DataLossError&) {
     return 0;
   }  // any other exception escapes and is reported as a crash
-  CheckpointData back = internal::parse_checkpoint(internal::serialize_checkpoint(d), "<fuzz re-save>");
+  TensorFile back = kiln::internal::parse_tensor_file(kiln::internal::serialize_tensor_file(d), "<fuzz re-save>");
   if (back.tensors.size() != d.tensors.size() || back.metadata != d.metadata) __builtin_trap();
   for (size_t i = 0; i < d.tensors.size(); ++i) {
     const kiln::Tensor& a = d.tensors[i].second;

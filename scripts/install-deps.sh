@@ -12,7 +12,8 @@ PACKAGES=(
   libpng-dev libjpeg62-turbo-dev   # image decoding (kiln/data/image.h): PNG, JPEG
   libboost-dev             # Boost.CRC (CRC-32C of TFRecord, event files, checkpoints)
   libprotobuf-dev protobuf-compiler   # TensorBoard Event protos (proto/)
-  nlohmann-json3-dev       # checkpoint (safetensors) headers, metrics JSON
+  nlohmann-json3-dev       # checkpoint (safetensors) headers, metrics JSON, package manifests
+  libssl-dev               # SHA-256 of model-package files (OpenSSL libcrypto)
   clang-14 libclang-rt-14-dev   # libFuzzer targets
   python3 python3-venv     # fixture generators and interop checks (venv in the build tree)
   dataset-fashion-mnist    # the default training data set

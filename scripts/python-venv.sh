@@ -16,9 +16,11 @@ fi
 # module name -> pip requirement
 # tensorflow-cpu: the interop tests (TFRecord / tf.train.Example both ways) and the
 # tf.data peer of bench/input_compare.sh. pip's cache makes reinstalls cheap.
-declare -A want=([numpy]="numpy>=1.24,<3" [tensorboard]="tensorboard>=2.14,<3" [tensorflow]="tensorflow-cpu>=2.16,<3")
+# safetensors: the model package's weights file read by the reference reader.
+declare -A want=([numpy]="numpy>=1.24,<3" [tensorboard]="tensorboard>=2.14,<3" [tensorflow]="tensorflow-cpu>=2.16,<3"
+                 [safetensors]="safetensors>=0.4,<1")
 export TF_CPP_MIN_LOG_LEVEL=2  # quiet imports
-for mod in numpy tensorboard tensorflow; do
+for mod in numpy tensorboard tensorflow safetensors; do
   if "$venv/bin/python" -c "import $mod" 2>/dev/null; then
     echo "python-venv: $mod $("$venv/bin/python" -c "import $mod; print($mod.__version__)") present"
   else

@@ -7,6 +7,7 @@
 #include "kiln/data/idx.h"
 #include "kiln/train/callbacks.h"
 #include "kiln/train/checkpoint.h"
+#include "kiln/train/export.h"
 #include "kiln/train/initializers.h"
 #include "kiln/train/layer.h"
 #include "kiln/train/layers.h"

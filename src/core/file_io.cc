@@ -1,6 +1,8 @@
 #include "kiln/core/file_io.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -68,6 +70,37 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) throw NotFoundError("file not found: " + path);
+    throw FailedPreconditionError("cannot open " + path + ": " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw DataLossError("cannot map " + path + ": not a regular file");
+  }
+  std::shared_ptr<MappedFile> f(new MappedFile());
+  f->path_ = path;
+  f->size_ = static_cast<size_t>(st.st_size);
+  if (f->size_ > 0) {
+    void* p = ::mmap(nullptr, f->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int e = errno;
+      ::close(fd);
+      throw DataLossError("cannot map " + path + ": " + std::strerror(e));
+    }
+    f->data_ = static_cast<char*>(p);
+  }
+  ::close(fd);
+  return f;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
 }
 
 }  // namespace kiln

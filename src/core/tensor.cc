@@ -16,7 +16,14 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   data_ = allocator_->allocate(nbytes ? nbytes : 1);
 }
 
-Storage::~Storage() { allocator_->deallocate(data_); }
+Storage::Storage(void* data, size_t nbytes, Device device, std::shared_ptr<const void> owner)
+    : data_(data), nbytes_(nbytes), device_(device), owner_(std::move(owner)) {
+  if (!data_) throw InvalidArgumentError("Storage: borrowed memory is null");
+}
+
+Storage::~Storage() {
+  if (allocator_) allocator_->deallocate(data_);
+}
 
 namespace {
 std::atomic<uint64_t> g_next_tensor_id{1};
@@ -190,7 +197,7 @@ void print_rec(std::ostringstream& os, const Tensor& t, int dim, int64_t base, i
   os << '[';
   for (int64_t i = 0; i < n; ++i) {
     if (n > max_per_dim && i == max_per_dim / 2) {
-      os << "..., ";
+      os << (i ? ", ..." : "...");  // the next element prints its own ", "
       i = n - max_per_dim / 2 - 1;
       continue;
     }

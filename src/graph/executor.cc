@@ -81,30 +81,55 @@ struct Executor::Plan {
     size_t offset = 0;
     TensorMeta meta;
   };
+  // What one run writes: an arena and the per-node handles (kept from run to run so a
+  // run allocates nothing per op). Concurrent runs of one plan take distinct states.
+  struct RunState {
+    std::vector<std::vector<Tensor>> in, out;  // per node
+    std::shared_ptr<Storage> arena;
+  };
   std::vector<std::vector<Buf>> bufs;  // per node, per output
   std::vector<KernelFn> kernels;
-  std::vector<std::vector<Tensor>> in, out;  // per node, reused from run to run
-  std::shared_ptr<Storage> arena;
+  size_t arena_bytes = 0;
   MemoryPlanStats stats;
-  std::mutex run_mu;
+  std::mutex pool_mu;
+  std::vector<std::unique_ptr<RunState>> pool;  // idle run states
+
+  std::unique_ptr<RunState> acquire() {
+    {
+      std::lock_guard<std::mutex> lock(pool_mu);
+      if (!pool.empty()) {
+        auto s = std::move(pool.back());
+        pool.pop_back();
+        return s;
+      }
+    }
+    auto s = std::make_unique<RunState>();
+    s->in.resize(bufs.size());
+    s->out.resize(bufs.size());
+    for (size_t i = 0; i < bufs.size(); ++i) s->out[i].resize(bufs[i].size());
+    if (arena_bytes > 0) s->arena = std::make_shared<Storage>(arena_bytes, Device::cpu());
+    return s;
+  }
+  void release(std::unique_ptr<RunState> s) {
+    std::lock_guard<std::mutex> lock(pool_mu);
+    pool.push_back(std::move(s));
+  }
 };
 
 Executor::Executor(Graph graph) : graph_(std::move(graph)) { graph_.check(); }
 Executor::~Executor() = default;
 
-Executor::Plan& Executor::plan_for(const std::vector<TensorMeta>& inputs) {
+std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>& inputs) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string key = key_of(inputs);
-  if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   if (static_cast<int>(inputs.size()) != graph_.num_inputs)
     throw InvalidArgumentError("graph: expected " + std::to_string(graph_.num_inputs) + " inputs, got " +
                                std::to_string(inputs.size()));
-  auto p = std::make_unique<Plan>();
+  auto p = std::make_shared<Plan>();
   const size_t n = graph_.nodes.size();
   p->bufs.resize(n);
   p->kernels.assign(n, nullptr);
-  p->in.resize(n);
-  p->out.resize(n);
   // 1. Shapes and kernels.
   for (size_t i = 0; i < n; ++i) {
     const Node& node = graph_.nodes[i];
@@ -145,8 +170,6 @@ Executor::Plan& Executor::plan_for(const std::vector<TensorMeta>& inputs) {
       b.meta = metas[k];
       if (node.kind == NodeKind::kOp) b.where = is_view_op(node.op) ? Plan::Where::kView : Plan::Where::kArena;
     }
-    p->in[i].resize(node.inputs.size());
-    p->out[i].resize(metas.size());
   }
   // 2. Liveness on buffer roots (a view's reads keep its root alive).
   auto root = [&](ValueRef v) {
@@ -189,11 +212,25 @@ Executor::Plan& Executor::plan_for(const std::vector<TensorMeta>& inputs) {
       }
   }
   p->stats.arena_bytes = static_cast<int64_t>(arena.end());
-  if (arena.end() > 0) p->arena = std::make_shared<Storage>(arena.end(), Device::cpu());
-  return *plans_.emplace(key, std::move(p)).first->second;
+  p->arena_bytes = arena.end();
+  // Bounded: callers with ever-new shapes (a server's batch sizes) must not grow the
+  // cache without limit. Evicted plans live on while a run holds them.
+  if (plans_.size() >= kMaxPlans) {
+    plans_.erase(plan_order_.front());
+    plan_order_.erase(plan_order_.begin());
+  }
+  plan_order_.push_back(key);
+  return plans_.emplace(key, std::move(p)).first->second;
 }
 
-MemoryPlanStats Executor::memory_stats(const std::vector<TensorMeta>& inputs) { return plan_for(inputs).stats; }
+MemoryPlanStats Executor::memory_stats(const std::vector<TensorMeta>& inputs) { return plan_for(inputs)->stats; }
+
+std::vector<TensorMeta> Executor::output_metas(const std::vector<TensorMeta>& inputs) {
+  std::shared_ptr<Plan> p = plan_for(inputs);
+  std::vector<TensorMeta> out;
+  for (ValueRef o : graph_.outputs) out.push_back(p->bufs[static_cast<size_t>(o.node)][static_cast<size_t>(o.index)].meta);
+  return out;
+}
 
 std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   std::vector<TensorMeta> metas;
@@ -205,27 +242,30 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
                                inputs[i].desc());
     metas.push_back({inputs[i].shape(), inputs[i].dtype()});
   }
-  Plan& p = plan_for(metas);
-  std::lock_guard<std::mutex> lock(p.run_mu);
+  std::shared_ptr<Plan> plan = plan_for(metas);
+  Plan& p = *plan;
+  std::unique_ptr<Plan::RunState> state = p.acquire();
+  Plan::RunState& rs = *state;
   const bool profile = profiling();
   const size_t n = graph_.nodes.size();
   for (size_t i = 0; i < n; ++i) {
     const Node& node = graph_.nodes[i];
-    std::vector<Tensor>& out = p.out[i];
+    std::vector<Tensor>& out = rs.out[i];
     switch (node.kind) {
       case NodeKind::kInput: out[0] = inputs[static_cast<size_t>(node.input_index)]; continue;
       case NodeKind::kConstant: out[0] = node.constant; continue;
       case NodeKind::kVariable: out[0] = node.variable.peek(); continue;
       case NodeKind::kOp: break;
     }
-    std::vector<Tensor>& in = p.in[i];
+    std::vector<Tensor>& in = rs.in[i];
+    in.resize(node.inputs.size());
     for (size_t j = 0; j < node.inputs.size(); ++j)
-      in[j] = p.out[static_cast<size_t>(node.inputs[j].node)][static_cast<size_t>(node.inputs[j].index)];
+      in[j] = rs.out[static_cast<size_t>(node.inputs[j].node)][static_cast<size_t>(node.inputs[j].index)];
     for (size_t k = 0; k < out.size(); ++k) {
       const Plan::Buf& b = p.bufs[i][k];
       if (b.where == Plan::Where::kView) out[k] = in[0].reshape(b.meta.shape);
       else if (b.where == Plan::Where::kPinned) out[k] = Tensor::empty(b.meta.shape, b.meta.dtype);
-      else out[k] = Tensor(p.arena, b.offset, b.meta.shape, b.meta.dtype);
+      else out[k] = Tensor(rs.arena, b.offset, b.meta.shape, b.meta.dtype);
     }
     if (p.kernels[i] && p.bufs[i][0].where != Plan::Where::kView) {
       OpContext ctx{*node.op, in, out, node.attrs};
@@ -240,16 +280,17 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
       }
     }
   }
-  auto value = [&](ValueRef v) { return p.out[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)]; };
+  auto value = [&](ValueRef v) { return rs.out[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)]; };
   std::vector<Tensor> results;
   results.reserve(graph_.outputs.size());
   for (ValueRef o : graph_.outputs) results.push_back(value(o));
   for (const Assignment& a : graph_.assignments) a.variable.assign(value(a.value));
   // Drop the per-node handles so arena views do not outlive the run.
   for (size_t i = 0; i < n; ++i) {
-    for (Tensor& t : p.in[i]) t = Tensor();
-    for (Tensor& t : p.out[i]) t = Tensor();
+    for (Tensor& t : rs.in[i]) t = Tensor();
+    for (Tensor& t : rs.out[i]) t = Tensor();
   }
+  p.release(std::move(state));
   return results;
 }
 

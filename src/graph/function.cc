@@ -58,6 +58,9 @@ Function::Function(TracedFn fn, FunctionOptions opts) : state_(std::make_shared<
 
 Function function(TracedFn fn, FunctionOptions opts) { return Function(std::move(fn), std::move(opts)); }
 
+const TracedFn& Function::callable() const { return state_->fn; }
+const FunctionOptions& Function::options() const { return state_->opts; }
+
 int Function::num_traces() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->traces;

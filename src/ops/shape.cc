@@ -230,7 +230,14 @@ Tensor call(const OpDef& d, const Tensor& x, const Attrs& attrs) {
 
 Tensor reshape(const Tensor& x, const std::vector<int64_t>& shape) {
   require_defined(x, "reshape");
-  return view(x, shape_detail::resolve_reshape("reshape", x.shape(), shape));
+  Tensor out = x.reshape(shape_detail::resolve_reshape("reshape", x.shape(), shape));
+  // Observers (tapes, traces) see the requested shape: a -1 stays open, so a traced
+  // graph reshapes correctly at other batch sizes.
+  if (op_observer()) {
+    Attrs attrs{{"shape", shape}};
+    notify_op_observer(reshape_op(), std::span<const Tensor>(&x, 1), std::span<const Tensor>(&out, 1), attrs);
+  }
+  return out;
 }
 
 Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {

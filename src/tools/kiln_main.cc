@@ -11,6 +11,7 @@
 #include "kiln/core/version.h"
 #include "demo.h"
 #include "devices_cmd.h"
+#include "package_cmds.h"
 #include "records_cmd.h"
 #include "train_cmd.h"
 
@@ -55,6 +56,10 @@ int main(int argc, char** argv) {
   auto* train = kiln::tools::add_train_command(app, train_args);
   kiln::tools::RecordsArgs records_args;
   auto* records = kiln::tools::add_records_command(app, records_args);
+  kiln::tools::ShowArgs show_args;
+  auto* show = kiln::tools::add_show_command(app, show_args);
+  kiln::tools::RunArgs run_args;
+  auto* run = kiln::tools::add_run_command(app, run_args);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*ops) return cmd_ops(verbose);
@@ -62,6 +67,8 @@ int main(int argc, char** argv) {
     if (*demo) return kiln::tools::run_demo(demo_n);
     if (*train) return kiln::tools::run_train(train_args);
     if (*records) return kiln::tools::run_records(records_args);
+    if (*show) return kiln::tools::run_show(show_args);
+    if (*run) return kiln::tools::run_run(run_args);
     std::cout << app.help();
     return 0;
   } catch (const kiln::ResourceExhaustedError& e) {

@@ -15,6 +15,7 @@
 #include "kiln/data/idx.h"
 #include "kiln/ops.h"
 #include "kiln/train/layers.h"
+#include "kiln/train/export.h"
 #include "kiln/train/model.h"
 #include "train_records.h"
 
@@ -45,6 +46,8 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   c->add_option("--precision", a.precision,
                 "Dtype policy: float32, mixed_bfloat16 or mixed_float16 (f16 adds dynamic loss scaling)")
       ->check(CLI::IsMember({"float32", "mixed_bfloat16", "mixed_float16"}));
+  c->add_option("--export", a.export_dir,
+                "Export the trained model as a model package version under this directory (DIR/<version>/)");
   c->add_option("--verbose", a.verbose, "0 silent, 1 progress bar, 2 one line per epoch (default: 1 on a TTY, else 2)")
       ->check(CLI::Range(-1, 2));
   add_device_options(c, a.devices);
@@ -170,6 +173,32 @@ int run_train(const TrainArgs& a) {
     j["epochs_run"] = times.size();
     std::string s = j.dump(2) + "\n";
     write_file_atomic(a.metrics_json, s);
+  }
+  if (!a.export_dir.empty()) {
+    ModelExportOptions eo;
+    eo.softmax_outputs = true;  // the built-in models output logits; serve probabilities
+    eo.classify_signature = true;
+    eo.metadata.description = "Fashion-MNIST " + a.model + " classifier (kiln train)";
+    eo.metadata.training_data =
+        train_ds ? "Fashion-MNIST TFRecords " + a.tfrecords : "Fashion-MNIST (" + std::to_string(x.dim(0)) + " training images)";
+    eo.metadata.metrics["test_loss"] = test["loss"];
+    eo.metadata.metrics["test_accuracy"] = test["accuracy"];
+    eo.metadata.hyperparameters["seed"] = std::to_string(a.seed);
+    eo.metadata.tags["model"] = a.model;
+    const auto tmp = std::filesystem::temp_directory_path() / ("kiln-export-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(tmp);
+    const auto labels = tmp / "labels.txt";
+    write_file_atomic(labels.string(), "T-shirt/top\nTrouser\nPullover\nDress\nCoat\nSandal\nShirt\nSneaker\nBag\nAnkle boot\n");
+    eo.assets = {labels.string()};
+    std::string dir;
+    try {
+      dir = export_model(*model, a.export_dir, eo);
+    } catch (...) {
+      std::filesystem::remove_all(tmp);
+      throw;
+    }
+    std::filesystem::remove_all(tmp);
+    std::printf("exported: %s\n", dir.c_str());
   }
   return 0;
 }

@@ -23,6 +23,7 @@ struct TrainArgs {
   int64_t max_samples = 0;
   int64_t backup_freq = 100;
   int verbose = -1;
+  std::string export_dir;  // base directory: writes <export_dir>/<version>/
   std::string precision = "float32";  // dtype policy: float32, mixed_bfloat16, mixed_float16
   DeviceArgs devices;                  // --memory-limit, --memory-growth, --logical-devices, --visible-devices
 };

@@ -214,6 +214,7 @@ void Layer::ensure_built(const std::vector<Shape>& input_shapes) {
     throw;
   }
   built_ = true;
+  built_shapes_ = input_shapes;
 }
 
 std::vector<Variable> Layer::weights() const {

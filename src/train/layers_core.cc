@@ -131,7 +131,9 @@ class FlattenLayer final : public UnaryLayer {
     if (x.rank() != rank_) layer_error(*this, "was built for inputs of rank ", rank_, ", got ", x.desc());
     int64_t features = 1;
     for (int i = 1; i < x.rank(); ++i) features *= x.dim(i);
-    return ops::reshape(x, {x.dim(0), features});
+    // -1 for the batch: a traced graph (kiln::function, exported packages) then runs at
+    // any batch size. Zero-size samples cannot infer it.
+    return ops::reshape(x, {features > 0 ? -1 : x.dim(0), features});
   }
 
  private:
@@ -161,7 +163,7 @@ class ReshapeLayer final : public UnaryLayer {
     const int64_t batch = x.dim(0);
     int64_t per_sample = 1, known = 1;
     for (int i = 1; i < x.rank(); ++i) per_sample *= x.dim(i);
-    std::vector<int64_t> out{batch};
+    std::vector<int64_t> out{per_sample > 0 ? -1 : batch};  // -1: batch-agnostic traces (as Flatten)
     int unknown_at = -1;
     for (size_t i = 0; i < target_.size(); ++i) {
       if (target_[i] == -1) {

@@ -358,6 +358,18 @@ History Model::fit_loop(const NextBatchFn& next_batch, int64_t steps, const std:
     for (auto& c : cbs) c->on_epoch_end(epoch, epoch_logs);
   }
   for (auto& c : cbs) c->on_train_end(logs);
+  record_.hyperparameters["optimizer"] = opts_.optimizer->name();
+  record_.hyperparameters["learning_rate"] = std::to_string(opts_.optimizer->learning_rate());
+  record_.hyperparameters["epochs"] = std::to_string(epoch_counter);
+  record_.hyperparameters["batch_size"] = std::to_string(opts.batch_size);
+  std::string loss_names;
+  for (const auto& l : opts_.loss) loss_names += (loss_names.empty() ? "" : ",") + l->name();
+  record_.hyperparameters["loss"] = loss_names;
+  record_.hyperparameters["precision"] = dtype_policy().name();
+  record_.metrics.clear();
+  if (!history->history.history.empty())
+    for (const auto& [k, v] : history->history.history)
+      if (!v.empty() && k != "epoch_time" && k != "samples_per_sec" && k != "input_wait") record_.metrics[k] = v.back();
   return history->history;
 }
 

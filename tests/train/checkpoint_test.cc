@@ -18,7 +18,7 @@
 #include "kiln/core/crc32c.h"
 #include "kiln/core/file_io.h"
 #include "test_util.h"
-#include "train/checkpoint_internal.h"
+#include "core/tensor_file_internal.h"
 
 namespace kiln::train {
 namespace {
@@ -244,24 +244,24 @@ TEST_F(CheckpointTest, EveryTruncationIsDataLossNamingTheFile) {
   }
   for (size_t cut = 0; cut < f.size(); ++cut) {
     SCOPED_TRACE("cut at " + std::to_string(cut) + " of " + std::to_string(f.size()));
-    EXPECT_KILN_ERROR(internal::parse_checkpoint(f.substr(0, cut), "t.ckpt"), kDataLoss, "truncated");
+    EXPECT_KILN_ERROR(kiln::internal::parse_tensor_file(f.substr(0, cut), "t.ckpt"), kDataLoss, "truncated");
   }
 }
 
 TEST_F(CheckpointTest, EveryFlippedBitIsDetected) {
-  std::string f = internal::serialize_checkpoint(sample());
+  std::string f = kiln::internal::serialize_tensor_file(sample());
   for (int bit : {0, 5}) {
     for (size_t i = 0; i < f.size(); ++i) {
       std::string g = f;
       g[i] = static_cast<char>(g[i] ^ (1 << bit));
       SCOPED_TRACE("bit " + std::to_string(bit) + " of byte " + std::to_string(i));
-      EXPECT_KILN_ERROR(internal::parse_checkpoint(g, "mem.ckpt"), kDataLoss, "mem.ckpt is corrupted");
+      EXPECT_KILN_ERROR(kiln::internal::parse_tensor_file(g, "mem.ckpt"), kDataLoss, "mem.ckpt is corrupted");
     }
   }
 }
 
 TEST_F(CheckpointTest, FlippedDataByteNamesTheTensor) {
-  std::string f = internal::serialize_checkpoint(sample());
+  std::string f = kiln::internal::serialize_tensor_file(sample());
   uint64_t n = header_len(f);
   Json h = Json::parse(f.substr(8, n));
   uint64_t b = h["w2"]["data_offsets"][0];
@@ -272,44 +272,44 @@ TEST_F(CheckpointTest, FlippedDataByteNamesTheTensor) {
 }
 
 TEST_F(CheckpointTest, EditedMetadataFailsTheHeaderChecksum) {
-  std::string f = internal::serialize_checkpoint(sample());
+  std::string f = kiln::internal::serialize_tensor_file(sample());
   size_t at = f.find("\"step\":\"100\"");
   ASSERT_NE(at, std::string::npos);
   f[at + 10] = '7';  // still valid JSON, still a string: only the header CRC can tell
-  EXPECT_KILN_ERROR(internal::parse_checkpoint(f, "m.ckpt"), kDataLoss, "header checksum mismatch");
+  EXPECT_KILN_ERROR(kiln::internal::parse_tensor_file(f, "m.ckpt"), kDataLoss, "header checksum mismatch");
 }
 
 TEST_F(CheckpointTest, HeaderLengthTooLarge) {
-  std::string f = internal::serialize_checkpoint(sample());
+  std::string f = kiln::internal::serialize_tensor_file(sample());
   std::string g = f;
   g[5] = 1;  // 2^40 bytes
-  EXPECT_KILN_ERROR(internal::parse_checkpoint(g, "m"), kDataLoss, "exceeds the limit");
+  EXPECT_KILN_ERROR(kiln::internal::parse_tensor_file(g, "m"), kDataLoss, "exceeds the limit");
   g = f;
   uint64_t n = f.size();  // more than what follows the prefix
   std::memcpy(g.data(), &n, 8);
-  EXPECT_KILN_ERROR(internal::parse_checkpoint(g, "m"), kDataLoss, "header length " + std::to_string(n));
+  EXPECT_KILN_ERROR(kiln::internal::parse_tensor_file(g, "m"), kDataLoss, "header length " + std::to_string(n));
 }
 
 TEST_F(CheckpointTest, ForgedKilnMetadataIsChecked) {
-  std::string f = internal::serialize_checkpoint(sample());
+  std::string f = kiln::internal::serialize_tensor_file(sample());
   // Each forgery carries a correct header checksum, so the later checks must fire.
   auto ghost = rewrite_header(f, [](Json& h) { h["__metadata__"]["kiln.crc32c.ghost"] = "00000000"; });
-  EXPECT_KILN_ERROR(internal::parse_checkpoint(ghost, "m"), kDataLoss, "'kiln.crc32c.ghost' names no tensor");
+  EXPECT_KILN_ERROR(kiln::internal::parse_tensor_file(ghost, "m"), kDataLoss, "'kiln.crc32c.ghost' names no tensor");
   auto missing = rewrite_header(f, [](Json& h) { h["__metadata__"].erase("kiln.crc32c.i8"); });
-  EXPECT_KILN_ERROR(internal::parse_checkpoint(missing, "m"), kDataLoss, "'kiln.crc32c.i8' is missing");
+  EXPECT_KILN_ERROR(kiln::internal::parse_tensor_file(missing, "m"), kDataLoss, "'kiln.crc32c.i8' is missing");
   auto upper = rewrite_header(f, [](Json& h) { h["__metadata__"]["kiln.data_crc32c"] = "ABCDEF01"; });
-  EXPECT_KILN_ERROR(internal::parse_checkpoint(upper, "m"), kDataLoss, "8 lowercase hex digits");
+  EXPECT_KILN_ERROR(kiln::internal::parse_tensor_file(upper, "m"), kDataLoss, "8 lowercase hex digits");
   auto data_crc = rewrite_header(f, [](Json& h) {
     std::string v = h["__metadata__"]["kiln.data_crc32c"];
     v[0] = v[0] == '0' ? '1' : '0';
     h["__metadata__"]["kiln.data_crc32c"] = v;
   });
-  EXPECT_KILN_ERROR(internal::parse_checkpoint(data_crc, "m"), kDataLoss, "data section checksum mismatch");
+  EXPECT_KILN_ERROR(kiln::internal::parse_tensor_file(data_crc, "m"), kDataLoss, "data section checksum mismatch");
   auto v2 = rewrite_header(f, [](Json& h) { h["__metadata__"]["kiln.format"] = "kiln-checkpoint-2"; });
-  EXPECT_KILN_ERROR(internal::parse_checkpoint(v2, "m"), kDataLoss, "unsupported format 'kiln-checkpoint-2'");
+  EXPECT_KILN_ERROR(kiln::internal::parse_tensor_file(v2, "m"), kDataLoss, "unsupported format 'kiln-checkpoint-2'");
   // Unknown kiln.* keys are tolerated (forward compatibility) and not returned.
   auto extra = rewrite_header(f, [](Json& h) { h["__metadata__"]["kiln.writer"] = "future"; });
-  CheckpointData d = internal::parse_checkpoint(extra, "m");
+  CheckpointData d = kiln::internal::parse_tensor_file(extra, "m");
   EXPECT_EQ(d.metadata, sample().metadata);
 }
 
@@ -365,7 +365,7 @@ TEST_F(CheckpointTest, MalformedHeadersAreDataLoss) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.header);
     std::string img = st_image(c.header, std::string(static_cast<size_t>(c.data_bytes), '\x01'));
-    EXPECT_KILN_ERROR(internal::parse_checkpoint(img, "bad.ckpt"), kDataLoss, c.error);
+    EXPECT_KILN_ERROR(kiln::internal::parse_tensor_file(img, "bad.ckpt"), kDataLoss, c.error);
   }
 }
 
@@ -390,9 +390,9 @@ TEST_F(CheckpointTest, RandomMutationsThrowOnlyDataLoss) {
       }
     }
     try {
-      CheckpointData d = internal::parse_checkpoint(g, "m");
+      CheckpointData d = kiln::internal::parse_tensor_file(g, "m");
       ++loaded;
-      expect_same(d, internal::parse_checkpoint(internal::serialize_checkpoint(d), "m2"));
+      expect_same(d, kiln::internal::parse_tensor_file(kiln::internal::serialize_tensor_file(d), "m2"));
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kDataLoss) << e.what();
     }

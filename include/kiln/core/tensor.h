@@ -26,6 +26,9 @@ namespace kiln {
 class Storage {
  public:
   Storage(size_t nbytes, Device device);  // allocates from the device's allocator
+  // Memory the storage does not own (e.g. a memory-mapped file, kiln/core/mapped_file.h):
+  // `owner` keeps it alive as long as the storage; nothing is freed through an allocator.
+  Storage(void* data, size_t nbytes, Device device, std::shared_ptr<const void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -37,7 +40,8 @@ class Storage {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
-  Allocator* allocator_ = nullptr;
+  Allocator* allocator_ = nullptr;       // null for borrowed memory
+  std::shared_ptr<const void> owner_;    // borrowed memory's owner
 };
 
 class Tensor {

@@ -10,8 +10,11 @@
 // of their own (they outlive the run). A run then allocates nothing per op: the
 // arena is reused from run to run.
 //
-// Thread-safety: run() may be called from several threads; runs of one plan are
-// serialised (they share its arena).
+// Thread-safety: run() may be called from several threads at once; concurrent runs of
+// one plan each take an arena of their own (kept in a pool: the arenas in memory are
+// as many as the most runs that were ever concurrent). At most kMaxPlans plans are
+// cached (oldest evicted first). Graphs with variable assignments should not be run
+// concurrently (the assignments race, as they would in eager code).
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,14 +44,18 @@ class Executor {
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
   // The memory plan for inputs of these shapes and dtypes (planned if new).
   MemoryPlanStats memory_stats(const std::vector<TensorMeta>& inputs);
+  // The outputs' shapes and dtypes for inputs of these (planned if new); throws as run().
+  std::vector<TensorMeta> output_metas(const std::vector<TensorMeta>& inputs);
   const Graph& graph() const { return graph_; }
+  static constexpr size_t kMaxPlans = 64;
 
  private:
   struct Plan;
-  Plan& plan_for(const std::vector<TensorMeta>& inputs);
+  std::shared_ptr<Plan> plan_for(const std::vector<TensorMeta>& inputs);
   Graph graph_;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<Plan>> plans_;
+  std::map<std::string, std::shared_ptr<Plan>> plans_;
+  std::vector<std::string> plan_order_;  // insertion order, for eviction
 };
 
 }  // namespace kiln::graph

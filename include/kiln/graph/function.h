@@ -81,6 +81,9 @@ class Function {
   // then also runs the callable once).
   ConcreteFunction& concrete(const std::vector<Tensor>& args);
   int num_traces() const;
+  // What the function was made from (the model exporter traces it again).
+  const TracedFn& callable() const;
+  const FunctionOptions& options() const;
 
  private:
   struct State;

@@ -44,6 +44,7 @@ struct Node {
   int input_index = -1;             // kInput
   Tensor constant;                  // kConstant
   Variable variable;                // kVariable
+  std::string name;                 // kConstant: its weight name in a model package (may be empty)
   std::string label() const;        // "matmul", "input 0", "const f32[3]", "var dense/kernel"
 };
 

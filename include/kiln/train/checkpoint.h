@@ -1,8 +1,7 @@
 #pragma once
-// Checkpoints: named tensors plus string metadata in one file, written atomically
-// (temp file, fsync, rename, fsync of the directory) with a CRC32C per tensor and over
-// the header, so a torn or corrupted file is detected on load. Layout (safetensors
-// compatible, so standard tools read it): docs/formats/checkpoint.md.
+// Checkpoints: named tensors plus string metadata in one tensor file
+// (kiln/core/tensor_file.h: atomic writes, CRC-32C per tensor and over the header;
+// safetensors compatible: docs/formats/checkpoint.md).
 //
 // CheckpointManager keeps numbered checkpoints "<prefix>-<step>.ckpt" in a directory,
 // deletes all but the newest max_to_keep, and restores the newest one that loads,
@@ -18,20 +17,17 @@
 
 #include "kiln/autodiff/variable.h"
 #include "kiln/core/tensor.h"
+#include "kiln/core/tensor_file.h"
 
 namespace kiln::train {
 
-struct CheckpointData {
-  std::vector<std::pair<std::string, Tensor>> tensors;  // unique names, any dtype, CPU
-  std::map<std::string, std::string> metadata;          // e.g. "step", "epoch"
-  const Tensor* find(const std::string& name) const;
-};
-
+// The file format is kiln/core/tensor_file.h; a checkpoint is a TensorFile.
+using CheckpointData = TensorFile;
 // Throws InvalidArgumentError for duplicate/empty names; kiln::Error from file I/O.
-void save_checkpoint(const std::string& path, const CheckpointData& data);
+inline void save_checkpoint(const std::string& path, const CheckpointData& data) { save_tensor_file(path, data); }
 // Throws NotFoundError for a missing file and DataLossError (naming the file and
 // what is wrong: truncated, bad header, checksum mismatch of tensor X) otherwise.
-CheckpointData load_checkpoint(const std::string& path);
+inline CheckpointData load_checkpoint(const std::string& path) { return load_tensor_file(path); }
 
 // Copies variable values into a CheckpointData (keys: variable names) and back.
 // `restore_variables` throws NotFoundError naming a missing variable and

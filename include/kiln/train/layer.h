@@ -103,6 +103,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // Creates the weights for the given input shapes (batch dimension included).
   void ensure_built(const std::vector<Shape>& input_shapes);
   bool built() const { return built_; }
+  // The input shapes the layer was built for (batch dimension included); empty before.
+  const std::vector<Shape>& built_input_shapes() const { return built_shapes_; }
 
   // Every variable of this layer and its sublayers, in creation order.
   std::vector<Variable> weights() const;
@@ -151,6 +153,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   bool auto_name_ = false;
   bool trainable_ = true;
   bool built_ = false;
+  std::vector<Shape> built_shapes_;
 
  private:
   struct Weight {

@@ -119,6 +119,16 @@ class Model : public Layer {
   void load_weights(const std::string& path) { load_state(load_checkpoint(path)); }
 
   const OptimizerPtr& optimizer() const { return opts_.optimizer; }
+  // Every weight under its model path ("dense_1/kernel"): stable across runs.
+  std::vector<std::pair<std::string, Variable>> named_weights() const;
+  // What the last fit() recorded, for a model package's lineage (kiln/train/export.h):
+  // optimizer, learning rate, epochs, batch size, losses, precision; the final epoch's
+  // metrics (loss, metrics, val_*).
+  struct TrainingRecord {
+    std::map<std::string, std::string> hyperparameters;
+    std::map<std::string, double> metrics;
+  };
+  const TrainingRecord& training_record() const { return record_; }
   bool stop_training = false;
   // Progress counters (restored by BackupAndRestore).
   int64_t epoch_counter = 0;  // epochs completed
@@ -153,8 +163,6 @@ class Model : public Layer {
   void split_batch(const data::Element& e, std::vector<Tensor>* x, std::vector<Tensor>* y, const char* what) const;
   // Sum of the (weighted) losses of every output.
   Tensor total_loss(const std::vector<Tensor>& y, const std::vector<Tensor>& preds);
-  // Every weight under its model path ("dense_1/kernel"): stable across runs.
-  std::vector<std::pair<std::string, Variable>> named_weights() const;
 
   std::vector<SymbolicTensor> inputs_, outputs_;
   std::vector<std::shared_ptr<SymbolicTensor::Node>> order_;  // non-input nodes, topological
@@ -162,6 +170,7 @@ class Model : public Layer {
   bool compiled_ = false;
   std::vector<MetricPtr> metrics_;
   std::vector<Shape> output_shapes_;  // per layer, for summary() (Sequential)
+  TrainingRecord record_;
 };
 using ModelPtr = std::shared_ptr<Model>;
 
