@@ -283,7 +283,14 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   auto value = [&](ValueRef v) { return rs.out[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)]; };
   std::vector<Tensor> results;
   results.reserve(graph_.outputs.size());
-  for (ValueRef o : graph_.outputs) results.push_back(value(o));
+  for (ValueRef o : graph_.outputs) {
+    // A constant returned as is would let callers write into the graph's weights (or
+    // into a read-only mapped package): give them a copy.
+    ValueRef r = o;
+    while (is_view_op(graph_.nodes[static_cast<size_t>(r.node)].op)) r = graph_.nodes[static_cast<size_t>(r.node)].inputs[0];
+    const bool constant = graph_.nodes[static_cast<size_t>(r.node)].kind == NodeKind::kConstant;
+    results.push_back(constant ? value(o).clone() : value(o));
+  }
   for (const Assignment& a : graph_.assignments) a.variable.assign(value(a.value));
   // Drop the per-node handles so arena views do not outlive the run.
   for (size_t i = 0; i < n; ++i) {

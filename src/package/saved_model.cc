@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "kiln/core/error.h"
 #include "kiln/core/file_io.h"
@@ -100,8 +101,11 @@ std::shared_ptr<SavedModel> SavedModel::load(const std::string& dir_in, const Lo
                                   "; this kiln reads format version " + std::to_string(kFormatVersion) +
                                   ": upgrade the consumer");
 
-  // Files: sizes and checksums. The weights file is mapped once and checked on the map.
+  // Files: sizes and checksums. The weights file is mapped once; its SHA-256 runs on a
+  // second thread while this one validates its CRC-32Cs and parses the graph (the two
+  // passes over 100 MB take about as long each).
   std::shared_ptr<MappedFile> weights_map;
+  std::string weights_sha_want;
   std::set<std::string> listed;
   for (const ManifestFile& f : mf.files) {
     listed.insert(f.path);
@@ -111,13 +115,29 @@ std::shared_ptr<SavedModel> SavedModel::load(const std::string& dir_in, const Lo
     if (static_cast<int64_t>(map->size()) != f.bytes)
       throw DataLossError(path + " is " + std::to_string(map->size()) + " bytes, the manifest says " +
                           std::to_string(f.bytes) + (static_cast<int64_t>(map->size()) < f.bytes ? " (truncated)" : ""));
+    if (f.path == kWeightsFile) {
+      weights_map = map;
+      weights_sha_want = f.sha256;
+      continue;
+    }
     if (opts.verify_sha256) {
       const std::string got = sha256_hex(map->data(), map->size());
       if (got != f.sha256)
-        throw DataLossError(path + ": SHA-256 mismatch (manifest " + f.sha256 + ", file " + got + "): the file changed or is corrupted");
+        throw DataLossError(path + ": SHA-256 mismatch (manifest " + f.sha256 + ", file " + got +
+                            "): the file changed or is corrupted");
     }
-    if (f.path == kWeightsFile) weights_map = map;
   }
+  std::string weights_sha_got;
+  std::thread sha_thread;
+  if (opts.verify_sha256 && weights_map)
+    sha_thread = std::thread([&] { weights_sha_got = sha256_hex(weights_map->data(), weights_map->size()); });
+  // Joined on every path out of this function (errors included).
+  struct Joiner {
+    std::thread& t;
+    ~Joiner() {
+      if (t.joinable()) t.join();
+    }
+  } joiner{sha_thread};
   for (const char* required : {kGraphFile, kWeightsFile})
     if (!listed.count(required)) throw DataLossError(manifest_path + ": the manifest does not list " + required);
 
@@ -130,7 +150,22 @@ std::shared_ptr<SavedModel> SavedModel::load(const std::string& dir_in, const Lo
   if (pkg.format() != kFormatName)
     throw DataLossError(graph_path + ": format '" + pkg.format() + "' is not " + kFormatName);
   const std::string weights_path = (dir / kWeightsFile).string();
-  TensorFile weights = map_tensor_file(weights_map);
+  // The SHA-256 verdict comes first: a corrupted file is reported as such, whatever the
+  // CRC-32C check says.
+  TensorFile weights;
+  std::exception_ptr crc_error;
+  try {
+    weights = map_tensor_file(weights_map);
+  } catch (...) {
+    crc_error = std::current_exception();
+  }
+  if (sha_thread.joinable()) {
+    sha_thread.join();
+    if (weights_sha_got != weights_sha_want)
+      throw DataLossError(weights_path + ": SHA-256 mismatch (manifest " + weights_sha_want + ", file " +
+                          weights_sha_got + "): the file changed or is corrupted");
+  }
+  if (crc_error) std::rethrow_exception(crc_error);
   for (const auto& [name, t] : weights.tensors) {
     m->weight_bytes_ += static_cast<int64_t>(t.nbytes());
     ++m->num_weights_;

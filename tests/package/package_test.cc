@@ -136,6 +136,20 @@ bool mapped(const std::string& path) {
   return false;
 }
 
+TEST(PackageTest, OutputsThatAreWeightsAreCopies) {
+  TempDir tmp;
+  Variable w(Tensor::from_vector<float>({1, 2, 3}, {3}), "w");
+  ExportSignature s;
+  s.fn = [&](const std::vector<Tensor>& x) { return std::vector<Tensor>{ops::reshape(w.value(), {1, 3}), x[0]}; };
+  s.inputs = {{"x", {{-1}, DType::kF32}}};
+  s.output_names = {"w", "x"};
+  auto model = SavedModel::load(export_package(tmp.str(), {s}));
+  Tensor x = Tensor::from_vector<float>({5}, {1});
+  auto out = model->run("serving_default", {{"x", x}});
+  out.at("w").data<float>()[0] = 42;  // the weights live in a read-only mapping: this must be a copy
+  EXPECT_EQ(model->run("serving_default", {{"x", x}}).at("w").to_vector<float>(), (std::vector<float>{1, 2, 3}));
+}
+
 TEST(PackageTest, WeightsAreMemoryMappedForTheModelsLifetime) {
   TempDir tmp;
   Mlp m;

@@ -15,9 +15,10 @@ std::string read_file(const std::string& path);
 // FailedPreconditionError / DataLossError.
 void write_file_atomic(const std::string& path, std::string_view contents);
 
-// A whole file mapped into memory (private, copy-on-write: writes through the mapping
-// never reach the file). Pages are pre-faulted (MAP_POPULATE), so the first reads do
-// not fault one page at a time. An empty file maps to an empty view. Tensors can
+// A whole file mapped into memory, read-only (writing through data() crashes). Pages
+// are pre-faulted (MAP_POPULATE), so the first reads do not fault one page at a time.
+// The file must not be truncated while mapped (readers would get SIGBUS): kiln's
+// writers replace files by renaming, which leaves existing mappings intact. An empty file maps to an empty view. Tensors can
 // borrow its bytes (Storage's borrowing constructor, with the MappedFile as owner).
 // Thread-safety: immutable after open; concurrent reads are safe.
 class MappedFile {
@@ -28,7 +29,7 @@ class MappedFile {
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
-  char* data() const { return data_; }
+  const char* data() const { return data_; }
   size_t size() const { return size_; }
   std::string_view bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }

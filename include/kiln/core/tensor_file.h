@@ -30,8 +30,9 @@ void save_tensor_file(const std::string& path, const TensorFile& data);
 // wrong: truncated, bad header, checksum mismatch of tensor X) otherwise.
 TensorFile load_tensor_file(const std::string& path);
 // As load_tensor_file, validated the same way, but the tensors borrow the bytes of the
-// memory-mapped file (no copy; the mapping lives while any of them does). Writes to
-// such tensors stay private to the process (copy-on-write).
+// memory-mapped file (no copy; the mapping lives while any of them does). Such tensors
+// are read-only: kernels and ops never write their inputs, but writing into one's
+// raw_data() crashes.
 TensorFile map_tensor_file(const std::string& path);
 // The same over a file already mapped.
 TensorFile map_tensor_file(const std::shared_ptr<MappedFile>& file);
