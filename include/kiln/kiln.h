@@ -17,5 +17,6 @@
 #include "kiln/autodiff/tape.h"
 #include "kiln/autodiff/variable.h"
 #include "kiln/graph/function.h"
+#include "kiln/package/convert.h"
 #include "kiln/package/export.h"
 #include "kiln/package/saved_model.h"

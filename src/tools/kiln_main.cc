@@ -10,6 +10,7 @@
 #include "kiln/core/parallel.h"
 #include "kiln/core/version.h"
 #include "demo.h"
+#include "convert_cmd.h"
 #include "devices_cmd.h"
 #include "package_cmds.h"
 #include "records_cmd.h"
@@ -60,6 +61,8 @@ int main(int argc, char** argv) {
   auto* show = kiln::tools::add_show_command(app, show_args);
   kiln::tools::RunArgs run_args;
   auto* run = kiln::tools::add_run_command(app, run_args);
+  kiln::tools::ConvertArgs convert_args;
+  auto* convert = kiln::tools::add_convert_command(app, convert_args);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*ops) return cmd_ops(verbose);
@@ -69,6 +72,7 @@ int main(int argc, char** argv) {
     if (*records) return kiln::tools::run_records(records_args);
     if (*show) return kiln::tools::run_show(show_args);
     if (*run) return kiln::tools::run_run(run_args);
+    if (*convert) return kiln::tools::run_convert(convert_args);
     std::cout << app.help();
     return 0;
   } catch (const kiln::ResourceExhaustedError& e) {

@@ -5,6 +5,7 @@
 #   run:      `run` a batch through classify; a wrong input name and a bad file fail
 #   corrupt:  a truncated weights file and a newer-format manifest: named errors, rc=1
 #   missing:  `show` of a directory without a package
+#   convert:  bf16 and int8 conversions with validation on Fashion-MNIST; bad requests
 set -uo pipefail
 KILN="$1"
 work=$(mktemp -d)
@@ -49,6 +50,15 @@ case "$2" in
     rm -rf "$work/pkg" && export_mlp
     sed -i 's/"min_consumer_version": 1/"min_consumer_version": 2/' "$work/pkg/1/manifest.json"
     "$KILN" show --dir "$work/pkg"; echo "rc=$?"
+    ;;
+  convert)
+    export_mlp
+    "$KILN" convert --dir "$work/pkg" --output_dir "$work/pkg/2" --precision bf16 --validation_data fashion-mnist:500; echo "rc=$?"
+    "$KILN" convert --dir "$work/pkg/1" --output_dir "$work/pkg/3" --precision int8 --calibration_data fashion-mnist:300 \
+      --validation_data fashion-mnist:500; echo "rc=$?"
+    "$KILN" show --dir "$work/pkg" --all | grep -E "precision|converted"
+    "$KILN" convert --dir "$work/pkg/1" --output_dir "$work/pkg/4" --precision int8; echo "rc=$?"
+    "$KILN" convert --dir "$work/pkg/1" --output_dir "$work/pkg/2" --precision fp32; echo "rc=$?"
     ;;
   missing)
     "$KILN" show --dir "$work/nothing"; echo "rc=$?"

@@ -168,4 +168,45 @@ Tensor embedding(const Tensor& table, const Tensor& ids);
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
                                     bool causal = false, std::optional<double> scale = std::nullopt);
 
+// ---- int8 inference (post-training quantisation) ------------------------------------
+//
+// Activations are quantised per tensor to u8 with a zero point, weights per output
+// channel to i8 (symmetric, an f32 scale per channel). These ops take no part in the
+// dtype rules above: every input must have exactly the documented dtype (no
+// promotion), and none is differentiable. Errors (InvalidArgumentError): wrong dtypes
+// or shapes, a scale that is not a finite number > 0 (also once rounded to f32), a
+// zero point outside [0, 255], an unknown activation.
+//
+// Speed on CPUs without VNNI (AVX2 only): the u8 x i8 kernels (oneDNN) multiply with
+// vpmaddubsw, whose 16-bit pair sums saturate. The kernels stay exact by checking,
+// per call, max(xq) * 2 * max|w_q| <= 32767; when that fails they run on the split
+// w_q = floor(w_q / 2) + ceil(w_q / 2) at twice the work. So either quantise weights
+// to 7 bits (|w_q| <= 64) or keep quantised activations <= 129 (e.g. a u8 range of
+// [0, 127] as PyTorch's reduce_range) to stay on the fast path. CPUs with AVX-512
+// VNNI have no such limit.
+
+// u8 quantisation: clamp(round_half_even(x / scale) + zero_point, 0, 255), NaN -> 0.
+// x must be f32; scale > 0, zero_point in [0, 255].
+Tensor quantize_per_tensor(const Tensor& x, double scale, int64_t zero_point);
+// (q - zero_point) * scale as f32; q must be u8.
+Tensor dequantize_per_tensor(const Tensor& q, double scale, int64_t zero_point);
+
+// act(dequantize(quantize(x)) @ (w_q * w_scale) + bias), computed as an exact int32
+// u8 x i8 matmul scaled per output channel:
+//   xq = quantize_per_tensor(x, x_scale, x_zero_point)
+//   y[m, n] = act(x_scale * w_scale[n] * sum_k (xq[m, k] - x_zero_point) * w_q[k, n] + bias[n])
+// x f32 [M, K], w_q i8 [K, N], w_scale f32 [N], bias f32 [N] (optional) -> f32 [M, N].
+// activation "none" or "relu". K is at most 65793 (int32 accumulators).
+Tensor qlinear_matmul(const Tensor& x, double x_scale, int64_t x_zero_point, const Tensor& w_q, const Tensor& w_scale,
+                      const Tensor& bias = Tensor(), const std::string& activation = "none");
+
+// The convolution counterpart: act(conv2d(dequantize(quantize(x)), w_q * w_scale) + bias)
+// with conv2d's options (strides, padding, dilations, groups), NHWC only:
+// x f32 [N, H, W, C], w_q i8 HWIO [KH, KW, C/groups, O], w_scale f32 [O], bias f32 [O]
+// (optional) -> f32 [N, OH, OW, O]. Padding is real zero (it contributes nothing,
+// whatever the zero point). data_format "NCHW" is an UnimplementedError.
+Tensor qlinear_conv2d(const Tensor& x, double x_scale, int64_t x_zero_point, const Tensor& w_q, const Tensor& w_scale,
+                      const Conv2dOptions& opts = {}, const Tensor& bias = Tensor(),
+                      const std::string& activation = "none");
+
 }  // namespace kiln::ops

@@ -1,0 +1,141 @@
+// kiln convert's library half: optimised graphs, 16-bit weights, int8 PTQ. The
+// references are the source package's answers.
+#include <filesystem>
+
+#include "kiln/core/file_io.h"
+#include "kiln/core/tensor_file.h"
+#include "kiln/ops.h"
+#include "kiln/package/convert.h"
+#include "kiln/package/export.h"
+#include "kiln/package/saved_model.h"
+#include "test_util.h"
+
+namespace kiln::package {
+namespace {
+namespace fs = std::filesystem;
+using testing::rand_tensor;
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("kiln-convert-test-" + std::to_string(::getpid()));
+  TempDir() {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string str() const { return path.string(); }
+};
+
+// A small CNN + MLP head with weights big enough to be lowered (>= 1024 elements).
+struct Net {
+  Variable k1{rand_tensor({3, 3, 1, 8}, DType::kF32, -0.5, 0.5, 1), "conv/kernel"};
+  Variable c1{rand_tensor({8}, DType::kF32, -0.1, 0.1, 2), "conv/bias"};
+  Variable w1{rand_tensor({8 * 4 * 4, 64}, DType::kF32, -0.2, 0.2, 3), "dense/kernel"};
+  Variable b1{rand_tensor({64}, DType::kF32, -0.1, 0.1, 4), "dense/bias"};
+  Variable w2{rand_tensor({64, 5}, DType::kF32, -0.3, 0.3, 5), "out/kernel"};
+  std::vector<Tensor> operator()(const std::vector<Tensor>& x) const {
+    Tensor h = ops::relu(ops::conv2d(x[0], k1.value(), {.strides = {2, 2}, .padding = "same"}, c1.value()));
+    h = ops::reshape(h, {-1, 8 * 4 * 4});
+    h = ops::relu(ops::add(ops::matmul(h, w1.value()), b1.value()));
+    return {ops::softmax(ops::matmul(h, w2.value()), -1)};
+  }
+};
+
+std::string export_net(const Net& n, const std::string& base) {
+  ExportSignature s;
+  s.fn = [&n](const std::vector<Tensor>& x) { return n(x); };
+  s.inputs = {{"image", {{-1, 8, 8, 1}, DType::kF32}}};
+  s.output_names = {"probs"};
+  const std::string labels = base + "-labels.txt";
+  write_file_atomic(labels, "a\nb\n");
+  ExportOptions o;
+  o.assets = {labels};
+  o.metadata.model_name = "net";
+  return export_package(base, {s}, o);
+}
+
+Tensor run(const std::string& dir, const Tensor& x) {
+  return SavedModel::load(dir)->run("serving_default", std::vector<Tensor>{x})[0];
+}
+
+TEST(ConvertTest, Fp32StoresTheOptimisedGraphWithTheSameAnswers) {
+  TempDir tmp;
+  Net n;
+  const std::string src = export_net(n, tmp.str() + "/m");
+  convert_package(src, tmp.str() + "/m/2", {.precision = "fp32"});
+  auto m = SavedModel::load(tmp.str() + "/m/2");
+  EXPECT_EQ(m->metadata().precision, "fp32");
+  EXPECT_EQ(m->metadata().converted_from, src);
+  EXPECT_EQ(m->metadata().model_name, "net");
+  EXPECT_EQ(read_file(m->dir() + "/assets/m-labels.txt"), "a\nb\n");
+  Tensor x = rand_tensor({3, 8, 8, 1}, DType::kF32, 0, 1, 9);
+  EXPECT_CLOSE(run(tmp.str() + "/m/2", x), n({x})[0], 1e-5, 1e-6);
+}
+
+TEST(ConvertTest, SixteenBitWeightsHalveTheFileAndRoundOnce) {
+  TempDir tmp;
+  Net n;
+  const std::string src = export_net(n, tmp.str() + "/m");
+  Tensor x = rand_tensor({4, 8, 8, 1}, DType::kF32, 0, 1, 9);
+  for (const char* p : {"bf16", "fp16"}) {
+    const std::string out = tmp.str() + "/" + p;
+    ConvertReport r = convert_package(src, out, {.precision = p});
+    EXPECT_EQ(r.weights_lowered, 1);  // dense/kernel: 8192 elements; the others are < 1024
+    TensorFile w = load_tensor_file(out + "/variables.safetensors");
+    const Tensor* k = w.find("dense/kernel");
+    ASSERT_NE(k, nullptr);
+    EXPECT_EQ(k->dtype(), std::string(p) == "bf16" ? DType::kBF16 : DType::kF16);
+    EXPECT_EQ(w.find("out/kernel")->dtype(), DType::kF32);  // 320 elements: stays f32
+    // The reference: the same net with dense/kernel rounded to 16 bits.
+    Net rounded = n;
+    rounded.w1 = Variable(n.w1.peek().to(k->dtype()).to(DType::kF32), "dense/kernel");
+    EXPECT_CLOSE(run(out, x), rounded({x})[0], 1e-5, 1e-6);
+    EXPECT_EQ(SavedModel::load(out)->metadata().precision, p);
+  }
+}
+
+TEST(ConvertTest, Int8QuantizesMatmulsAndConvsWithinQuantizationError) {
+  if (!OpRegistry::global().find("qlinear_matmul")) GTEST_FAIL() << "no int8 kernels in this build";
+  TempDir tmp;
+  Net n;
+  const std::string src = export_net(n, tmp.str() + "/m");
+  ConvertOptions o{.precision = "int8"};
+  for (uint64_t b = 0; b < 4; ++b) o.calibration.push_back({{"image", rand_tensor({16, 8, 8, 1}, DType::kF32, 0, 1, 20 + b)}});
+  ConvertReport r = convert_package(src, tmp.str() + "/q", o);
+  EXPECT_EQ(r.nodes_quantized, 3);  // conv, dense, out
+  EXPECT_EQ(r.calibration_batches, 4);
+  auto m = SavedModel::load(tmp.str() + "/q");
+  EXPECT_EQ(m->graph("serving_default").count_ops("qlinear_conv2d"), 1);
+  EXPECT_EQ(m->graph("serving_default").count_ops("qlinear_matmul"), 2);
+  TensorFile w = load_tensor_file(tmp.str() + "/q/variables.safetensors");
+  ASSERT_NE(w.find("dense/kernel/int8"), nullptr);
+  EXPECT_EQ(w.find("dense/kernel/int8")->dtype(), DType::kI8);
+  Tensor x = rand_tensor({32, 8, 8, 1}, DType::kF32, 0, 1, 99);
+  Tensor want = n({x})[0], got = m->run("serving_default", std::vector<Tensor>{x})[0];
+  const double err = ops::max(ops::abs(ops::sub(got, want))).item<double>();
+  EXPECT_LT(err, 0.03) << "int8 probabilities drift too far from f32";
+  EXPECT_GT(err, 0.0) << "nothing was quantized?";
+  const double agree = ops::mean(ops::cast(ops::equal(ops::argmax(got, -1), ops::argmax(want, -1)), DType::kF32)).item<double>();
+  EXPECT_GE(agree, 0.9);
+}
+
+TEST(ConvertTest, BadRequests) {
+  TempDir tmp;
+  Net n;
+  const std::string src = export_net(n, tmp.str() + "/m");
+  EXPECT_KILN_ERROR(convert_package(src, tmp.str() + "/x", {.precision = "int4"}), kInvalidArgument,
+                    "unknown precision 'int4'");
+  EXPECT_KILN_ERROR(convert_package(src, src, {.precision = "fp32"}), kFailedPrecondition, "exists already");
+  if (OpRegistry::global().find("qlinear_matmul")) {
+    EXPECT_KILN_ERROR(convert_package(src, tmp.str() + "/y", {.precision = "int8"}), kInvalidArgument,
+                      "needs calibration batches");
+    ConvertOptions o{.precision = "int8"};
+    o.calibration.push_back({{"image", rand_tensor({2, 9, 9, 1}, DType::kF32)}});
+    EXPECT_KILN_ERROR(convert_package(src, tmp.str() + "/y", o), kInvalidArgument,
+                      "calibration input 'image' of signature 'serving_default' must be f32[-1, 8, 8, 1]");
+  }
+  EXPECT_KILN_ERROR(convert_package(tmp.str() + "/none", tmp.str() + "/z", {}), kNotFound, "no such directory");
+  EXPECT_FALSE(fs::exists(tmp.str() + "/x") || fs::exists(tmp.str() + "/y") || fs::exists(tmp.str() + "/z"));
+}
+
+}  // namespace
+}  // namespace kiln::package
