@@ -1,5 +1,6 @@
-// CPU pooling kernels: max/avg 2-d pooling (oneDNN for f32, a direct loop for f64)
-// and global average/max pooling (kiln's own vectorised loops).
+// CPU pooling kernels: max/avg 2-d pooling (NHWC f32 max: kiln's own channel-vectorised loop;
+// other f32 cases: oneDNN; f64: a direct loop) and global average/max pooling (kiln's own
+// vectorised loops).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -51,10 +52,44 @@ void pool_loop(const Pool2dGeometry& g, const T* x, T* y) {
                });
 }
 
+// NHWC max pooling, vectorised over the contiguous channels: one pass over the input.
+// oneDNN 2.6 runs plain-NHWC pooling through a slow path (1.05 ms for 64x28x28x32 ->
+// 14x14 with a 2x2 window, against ~0.1 ms here). NaN propagates, as in pool_loop.
+void max_pool_nhwc_f32(const Pool2dGeometry& g, const float* x, float* y) {
+  const auto& v = g.win;
+  const int64_t C = g.c;
+  parallel_for(g.n * v.oh, std::max<int64_t>(1, 16384 / std::max<int64_t>(v.ow * C * v.kh * v.kw, 1)),
+               [&](int64_t lo, int64_t hi) {
+                 for (int64_t r = lo; r < hi; ++r) {
+                   const int64_t n = r / v.oh, oh = r % v.oh;
+                   const int64_t h0 = std::max<int64_t>(oh * v.sh - v.pt, 0);
+                   const int64_t h1 = std::min<int64_t>(oh * v.sh - v.pt + v.kh, g.h);
+                   for (int64_t ow = 0; ow < v.ow; ++ow) {
+                     const int64_t w0 = std::max<int64_t>(ow * v.sw - v.pl, 0);
+                     const int64_t w1 = std::min<int64_t>(ow * v.sw - v.pl + v.kw, g.w);
+                     float* out = y + ((n * v.oh + oh) * v.ow + ow) * C;
+                     for (int64_t c = 0; c < C; ++c) out[c] = -std::numeric_limits<float>::infinity();
+                     for (int64_t h = h0; h < h1; ++h)
+                       for (int64_t w = w0; w < w1; ++w) {
+                         const float* in = x + ((n * g.h + h) * g.w + w) * C;
+                         for (int64_t c = 0; c < C; ++c) {
+                           const float e = in[c], a = out[c];
+                           out[c] = (e > a || e != e) ? e : a;
+                         }
+                       }
+                   }
+                 }
+               });
+}
+
 template <bool kMax>
 void pool_f32(OpContext& ctx) {
   const Pool2dGeometry g = pool2d_geometry(kMax ? "max_pool2d" : "avg_pool2d", ctx.in[0].shape(), ctx.attrs);
   if (ctx.out[0].numel() == 0) return;
+  if (kMax && !g.nchw) {
+    max_pool_nhwc_f32(g, static_cast<const float*>(ctx.in[0].raw_data()), static_cast<float*>(ctx.out[0].raw_data()));
+    return;
+  }
   const auto& v = g.win;
   memory::desc src = nn::act_md(g.nchw, g.n, g.c, g.h, g.w), dst = nn::act_md(g.nchw, g.n, g.c, v.oh, v.ow);
   std::string key = std::string(kMax ? "maxpool|" : "avgpool|") + std::to_string(g.nchw) + "|" +
