@@ -1,4 +1,5 @@
 // The `kiln` command-line tool.
+#include "kiln/serving/server.h"
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -42,6 +43,9 @@ int cmd_ops(bool verbose) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `kiln serve` is the model server (the same entry point as kiln_model_server, which
+  // links no training code); its flags are TensorFlow Serving's.
+  if (argc > 1 && std::string_view(argv[1]) == "serve") return kiln::serving::serve_main(argc - 1, argv + 1);
   CLI::App app{"kiln: train, compile, package and serve deep-learning models"};
   app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION_STRING);
   app.require_subcommand(0, 1);
@@ -63,6 +67,8 @@ int main(int argc, char** argv) {
   auto* run = kiln::tools::add_run_command(app, run_args);
   kiln::tools::ConvertArgs convert_args;
   auto* convert = kiln::tools::add_convert_command(app, convert_args);
+  // Listed for --help; main() hands `kiln serve ...` to serve_main before parsing.
+  app.add_subcommand("serve", "Serve model packages over REST and gRPC, TensorFlow Serving's flags (kiln serve --help)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (*ops) return cmd_ops(verbose);

@@ -1,0 +1,62 @@
+#pragma once
+// Status codes of the model server: gRPC's canonical codes (the numbers are gRPC's and
+// TensorFlow's error::Code), how kiln's typed errors map onto them, and the HTTP status
+// TensorFlow Serving answers for each.
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace kiln::serving {
+
+enum class Code : int {
+  kOk = 0,
+  kCancelled = 1,
+  kUnknown = 2,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kNotFound = 5,
+  kAlreadyExists = 6,
+  kPermissionDenied = 7,
+  kResourceExhausted = 8,
+  kFailedPrecondition = 9,
+  kAborted = 10,
+  kOutOfRange = 11,
+  kUnimplemented = 12,
+  kInternal = 13,
+  kUnavailable = 14,
+  kDataLoss = 15,
+  kUnauthenticated = 16,
+};
+
+std::string_view code_name(Code c);  // "INVALID_ARGUMENT", as gRPC and TensorFlow spell it
+
+// An error of the serving layer (deadline passed, queue full, model unavailable ...).
+// kiln::Error (core/error.h) carries the op and package layers' errors; status_of()
+// maps both.
+class ServingError : public std::runtime_error {
+ public:
+  ServingError(Code code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  Code code() const noexcept { return code_; }
+
+ private:
+  Code code_;
+};
+
+struct Status {
+  Code code = Code::kOk;
+  std::string message;
+  bool ok() const { return code == Code::kOk; }
+};
+
+// kiln::Error -> its code (InvalidArgument, NotFound, ...), ServingError -> its code,
+// std::bad_alloc -> RESOURCE_EXHAUSTED, anything else -> INTERNAL.
+Status status_of(const std::exception& e);
+Status status_of_current_exception();  // inside a catch block
+
+// TensorFlow Serving's HTTP mapping: 400 invalid/failed precondition/out of range,
+// 404 not found, 409 already exists/aborted, 429 resource exhausted, 499 cancelled,
+// 501 unimplemented, 503 unavailable, 504 deadline exceeded, 500 otherwise.
+int http_status(Code c);
+
+}  // namespace kiln::serving

@@ -1,0 +1,250 @@
+#include "http_server.h"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/version.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <set>
+
+#include "json_codec.h"
+#include "kiln/serving/status.h"
+
+namespace kiln::serving {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+class Session;
+
+struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
+  HttpOptions opts;
+  HttpHandler handler;
+  std::atomic<int64_t>* in_flight;
+  net::io_context ioc;
+  std::optional<tcp::acceptor> acceptor;
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::condition_variable idle;
+  std::set<std::weak_ptr<Session>, std::owner_less<std::weak_ptr<Session>>> sessions;
+  bool stopped = false;
+
+  Impl(HttpOptions o, HttpHandler h, std::atomic<int64_t>* f)
+      : opts(std::move(o)), handler(std::move(h)), in_flight(f), ioc(std::max(1, opts.threads)) {}
+  void accept();
+  void done_one() {
+    if (in_flight->fetch_sub(1) == 1) {
+      std::lock_guard<std::mutex> lock(mu);
+      idle.notify_all();
+    }
+  }
+};
+
+namespace {
+
+HttpResponse error_response(int status, std::string_view message) {
+  return HttpResponse{status, "application/json", json::encode_error(message)};
+}
+
+}  // namespace
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket&& socket, std::shared_ptr<HttpServer::Impl> srv) : stream_(std::move(socket)), srv_(std::move(srv)) {}
+  void start() {
+    net::dispatch(stream_.get_executor(), beast::bind_front_handler(&Session::read, shared_from_this()));
+  }
+  void close() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      beast::error_code ec;
+      self->stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+      self->stream_.close();
+    });
+  }
+
+ private:
+  void read() {
+    parser_.emplace();
+    parser_->body_limit(static_cast<uint64_t>(srv_->opts.max_body_bytes));
+    parser_->header_limit(static_cast<uint32_t>(srv_->opts.max_header_bytes));
+    stream_.expires_after(srv_->opts.header_timeout);
+    http::async_read_header(stream_, buffer_, *parser_,
+                            beast::bind_front_handler(&Session::on_header, shared_from_this()));
+  }
+
+  // Errors while reading: answer what can be answered, then close.
+  bool read_failed(beast::error_code ec) {
+    if (!ec) return false;
+    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
+        ec == net::error::connection_reset || ec == net::error::operation_aborted) {
+      shutdown();
+      return true;
+    }
+    if (ec == http::error::body_limit) {
+      respond_and_close(error_response(413, "request body exceeds the limit of " +
+                                                std::to_string(srv_->opts.max_body_bytes) + " bytes"));
+    } else if (ec == http::error::header_limit) {
+      respond_and_close(error_response(431, "request header exceeds the limit of " +
+                                                std::to_string(srv_->opts.max_header_bytes) + " bytes"));
+    } else if (ec == http::error::partial_message) {
+      shutdown();  // the client went away mid-request
+    } else {
+      respond_and_close(error_response(400, "malformed HTTP request: " + ec.message()));
+    }
+    return true;
+  }
+
+  void on_header(beast::error_code ec, size_t) {
+    if (read_failed(ec)) return;
+    // A declared body over the limit is refused before it is read.
+    stream_.expires_after(srv_->opts.body_timeout);
+    http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_read, shared_from_this()));
+  }
+
+  void on_read(beast::error_code ec, size_t) {
+    if (read_failed(ec)) return;
+    auto req = parser_->release();
+    parser_.reset();
+    stream_.expires_never();
+    keep_alive_ = req.keep_alive();
+    version_ = req.version();
+    HttpRequest hr;
+    hr.method = std::string(req.method_string());
+    hr.target = std::string(req.target());
+    hr.body = std::move(req.body());
+    auto t = req.find("X-Request-Timeout-Ms");
+    if (t != req.end()) hr.timeout_header = std::string(t->value());
+    srv_->in_flight->fetch_add(1);
+    auto answered = std::make_shared<std::atomic<bool>>(false);
+    Responder respond = [self = shared_from_this(), answered](HttpResponse r) {
+      if (answered->exchange(true)) return;
+      net::post(self->stream_.get_executor(), [self, r = std::move(r)]() mutable { self->write(std::move(r), true); });
+    };
+    try {
+      srv_->handler(std::move(hr), respond);
+    } catch (...) {
+      auto st = status_of_current_exception();
+      respond(error_response(http_status(st.code), st.message));
+    }
+  }
+
+  void respond_and_close(HttpResponse r) {
+    keep_alive_ = false;
+    write(std::move(r), false);
+  }
+
+  void write(HttpResponse r, bool counted) {
+    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(r.status), version_ ? version_ : 11);
+    res->set(http::field::server, "kiln");
+    res->set(http::field::content_type, r.content_type);
+    res->keep_alive(keep_alive_);
+    res->body() = std::move(r.body);
+    res->prepare_payload();
+    stream_.expires_after(srv_->opts.body_timeout);
+    http::async_write(stream_, *res, [self = shared_from_this(), res, counted](beast::error_code ec, size_t) {
+      if (counted) self->srv_->done_one();
+      if (ec || !self->keep_alive_ || !res->keep_alive()) return self->shutdown();
+      self->read();
+    });
+  }
+
+  void shutdown() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::shared_ptr<HttpServer::Impl> srv_;
+  bool keep_alive_ = true;
+  unsigned version_ = 11;
+};
+
+void HttpServer::Impl::accept() {
+  acceptor->async_accept(net::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+    if (ec) {
+      if (ec == net::error::operation_aborted) return;
+    } else {
+      socket.set_option(tcp::no_delay(true), ec);
+      auto s = std::make_shared<Session>(std::move(socket), self);
+      {
+        std::lock_guard<std::mutex> lock(self->mu);
+        if (self->stopped) return;
+        for (auto it = self->sessions.begin(); it != self->sessions.end();)
+          it = it->expired() ? self->sessions.erase(it) : std::next(it);
+        self->sessions.insert(s);
+      }
+      s->start();
+    }
+    if (self->acceptor && self->acceptor->is_open()) self->accept();
+  });
+}
+
+HttpServer::HttpServer(HttpOptions opts, HttpHandler handler) {
+  if (opts.threads <= 0) opts.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  impl_ = std::make_shared<Impl>(std::move(opts), std::move(handler), &in_flight_);
+}
+
+HttpServer::~HttpServer() {
+  stop(std::chrono::milliseconds(0));
+  // Answers posted after the threads stopped (e.g. batches failed at unload) hold their
+  // sessions: run them once so that every session is released.
+  for (int i = 0; i < 2; ++i) {  // the second pass runs the reads that closing cancelled
+    impl_->ioc.restart();
+    impl_->ioc.poll();
+  }
+}
+
+void HttpServer::start() {
+  auto& im = *impl_;
+  beast::error_code ec;
+  auto addr = net::ip::make_address(im.opts.host, ec);
+  if (ec) throw ServingError(Code::kInvalidArgument, "bad listen address '" + im.opts.host + "': " + ec.message());
+  tcp::endpoint ep(addr, static_cast<unsigned short>(im.opts.port));
+  im.acceptor.emplace(im.ioc);
+  im.acceptor->open(ep.protocol(), ec);
+  if (!ec) im.acceptor->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) im.acceptor->bind(ep, ec);
+  if (!ec) im.acceptor->listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw ServingError(Code::kUnavailable, "cannot listen on " + im.opts.host + ":" + std::to_string(im.opts.port) +
+                                                " (REST): " + ec.message());
+  port_ = im.acceptor->local_endpoint().port();
+  im.accept();
+  for (int i = 0; i < im.opts.threads; ++i) im.threads.emplace_back([&im] { im.ioc.run(); });
+}
+
+void HttpServer::stop(std::chrono::milliseconds grace) {
+  auto& im = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(im.mu);
+    if (im.stopped) return;
+    im.stopped = true;
+  }
+  if (im.acceptor) {
+    net::post(im.ioc, [&im] {
+      beast::error_code ec;
+      im.acceptor->close(ec);
+    });
+  }
+  {
+    std::unique_lock<std::mutex> lock(im.mu);
+    im.idle.wait_for(lock, grace, [&] { return in_flight_.load() == 0; });
+    for (auto& w : im.sessions)
+      if (auto s = w.lock()) s->close();
+    im.sessions.clear();
+  }
+  im.ioc.stop();
+  for (auto& t : im.threads) t.join();
+  im.threads.clear();
+}
+
+}  // namespace kiln::serving

@@ -1,0 +1,63 @@
+#pragma once
+// A small HTTP/1.1 server on Boost.Beast: keep-alive, pipelined requests (answered in
+// order), a body limit (413), a header limit (431), header and body timeouts (slow
+// clients are cut off), malformed requests answered 400. Handlers are asynchronous:
+// they answer through a Responder, from any thread, exactly once.
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace kiln::serving {
+
+struct HttpRequest {
+  std::string method;   // "GET", "POST", ...
+  std::string target;   // path + query, as sent
+  std::string body;
+  std::string timeout_header;  // X-Request-Timeout-Ms, when sent
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+};
+
+using Responder = std::function<void(HttpResponse)>;
+using HttpHandler = std::function<void(HttpRequest&&, Responder)>;
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8501;        // 0: any free port (port() tells which)
+  int threads = 0;        // I/O threads; 0: the number of cores
+  int64_t max_body_bytes = 64 << 20;
+  int64_t max_header_bytes = 16 << 10;
+  std::chrono::milliseconds header_timeout{10000};  // also the keep-alive idle limit
+  std::chrono::milliseconds body_timeout{30000};
+};
+
+class HttpServer {
+ public:
+  HttpServer(HttpOptions opts, HttpHandler handler);
+  ~HttpServer();  // stop(0)
+  // Binds and starts the I/O threads; throws ServingError(UNAVAILABLE) naming the
+  // address when the port cannot be bound.
+  void start();
+  int port() const { return port_; }
+  // Stops accepting, waits up to `grace` for requests in flight to be answered, closes.
+  void stop(std::chrono::milliseconds grace);
+  int64_t in_flight() const { return in_flight_.load(); }
+
+  struct Impl;  // defined in http_server.cc (its sessions use it)
+
+ private:
+  std::shared_ptr<Impl> impl_;  // sessions share it
+  int port_ = 0;
+  std::atomic<int64_t> in_flight_{0};
+};
+
+}  // namespace kiln::serving

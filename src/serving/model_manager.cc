@@ -1,0 +1,460 @@
+#include "kiln/serving/model_manager.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "kiln/core/error.h"
+#include "kiln/serving/metrics.h"
+#include "log.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln::serving {
+
+std::string_view state_name(VersionState s) {
+  switch (s) {
+    case VersionState::kUnknown: return "UNKNOWN";
+    case VersionState::kStart: return "START";
+    case VersionState::kLoading: return "LOADING";
+    case VersionState::kAvailable: return "AVAILABLE";
+    case VersionState::kUnloading: return "UNLOADING";
+    case VersionState::kEnd: return "END";
+  }
+  return "UNKNOWN";
+}
+
+// ---- Servable ----
+
+Servable::Servable(std::string model_name, int64_t version, std::shared_ptr<const package::SavedModel> model)
+    : model_name_(std::move(model_name)), version_(version), model_(std::move(model)) {}
+
+Servable::~Servable() {
+  for (auto& [sig, q] : queues_) q->close();
+}
+
+void Servable::enable_batching(BatchScheduler& sched, const BatchingOptions& opts) {
+  for (const auto& sig : model_->signatures()) {
+    // Batchable: every input and output has an open batch dimension first.
+    bool ok = !sig.inputs.empty();
+    for (auto& t : sig.inputs) ok = ok && !t.spec.shape.empty() && t.spec.shape[0] == -1;
+    for (auto& t : sig.outputs) ok = ok && !t.spec.shape.empty() && t.spec.shape[0] == -1;
+    if (!ok) continue;
+    auto model = model_;
+    std::string name = sig.name;
+    queues_[sig.name] = sched.add_queue(model_name_ + "/" + std::to_string(version_) + "/" + sig.name,
+                                        [model, name](const TensorMap& in) { return model->run(name, in); }, opts);
+  }
+}
+
+void Servable::predict(const std::string& signature, TensorMap inputs, Clock::time_point deadline,
+                       std::function<void(const Status&, TensorMap, const BatchInfo&)> done) const {
+  auto q = queues_.find(signature);
+  if (q != queues_.end()) {
+    // Checked here so that a bad request fails alone, not its whole batch.
+    try {
+      const auto& sig = model_->signature(signature);
+      for (auto& [name, t] : inputs) {
+        auto it = std::find_if(sig.inputs.begin(), sig.inputs.end(), [&](auto& i) { return i.name == name; });
+        if (it == sig.inputs.end()) {
+          std::string have;
+          for (auto& i : sig.inputs) have += (have.empty() ? "" : ", ") + i.name;
+          throw InvalidArgumentError("signature '" + signature + "' has no input '" + name + "' (it has: " + have + ")");
+        }
+        package::check_spec(t, it->spec, "input '" + name + "' of signature '" + signature + "'");
+      }
+      if (inputs.size() != sig.inputs.size()) {
+        for (auto& i : sig.inputs)
+          if (!inputs.count(i.name))
+            throw InvalidArgumentError("signature '" + signature + "' needs input '" + i.name + "' (" +
+                                       package::spec_str(i.spec) + ")");
+      }
+    } catch (...) {
+      done(status_of_current_exception(), {}, {});
+      return;
+    }
+    BatchTask task;
+    task.inputs = std::move(inputs);
+    task.deadline = deadline;
+    task.done = std::move(done);
+    q->second->submit(std::move(task));
+    return;
+  }
+  BatchInfo info;
+  const auto start = Clock::now();
+  if (start >= deadline) {
+    done(Status{Code::kDeadlineExceeded, "deadline exceeded before the request ran"}, {}, info);
+    return;
+  }
+  TensorMap out;
+  Status st;
+  try {
+    out = model_->run(signature, inputs);
+    info.batch_size = inputs.empty() || inputs.begin()->second.rank() == 0 ? 1 : inputs.begin()->second.dim(0);
+  } catch (...) {
+    st = status_of_current_exception();
+  }
+  info.compute_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  done(st, std::move(out), info);
+}
+
+TensorMap Servable::predict_sync(const std::string& signature, TensorMap inputs, Clock::time_point deadline,
+                                 BatchInfo* info) const {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  Status status;
+  TensorMap result;
+  BatchInfo bi;
+  predict(signature, std::move(inputs), deadline, [&](const Status& s, TensorMap out, const BatchInfo& i) {
+    std::lock_guard<std::mutex> lock(mu);
+    status = s;
+    result = std::move(out);
+    bi = i;
+    finished = true;
+    cv.notify_one();
+  });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return finished; });
+  if (info) *info = bi;
+  if (!status.ok()) throw ServingError(status.code, status.message);
+  return result;
+}
+
+// ---- ModelManager ----
+
+struct ModelManager::Model {
+  ModelConfig config;
+  std::map<int64_t, VersionStatus> status;                        // every version seen
+  std::map<int64_t, std::shared_ptr<const Servable>> available;   // taking traffic
+  std::map<int64_t, std::string> failed;                          // version -> directory stamp at failure
+  bool missing_base_logged = false;
+};
+
+namespace {
+
+// Changes when a version directory is rewritten: a failed version is retried then.
+std::string dir_stamp(const fs::path& dir) {
+  std::error_code ec;
+  auto t = fs::last_write_time(dir / package::kManifestFile, ec);
+  auto sz = fs::file_size(dir / package::kManifestFile, ec);
+  return std::to_string(ec ? 0 : t.time_since_epoch().count()) + ":" + std::to_string(ec ? 0 : sz);
+}
+
+std::vector<int64_t> apply_policy(const VersionPolicy& p, const std::vector<int64_t>& listed) {
+  switch (p.kind) {
+    case VersionPolicy::Kind::kAll: return listed;
+    case VersionPolicy::Kind::kSpecific: {
+      std::vector<int64_t> out;
+      for (int64_t v : p.versions)
+        if (std::binary_search(listed.begin(), listed.end(), v)) out.push_back(v);
+      return out;
+    }
+    case VersionPolicy::Kind::kLatest: {
+      const size_t n = static_cast<size_t>(std::max<int64_t>(p.num_versions, 1));
+      return {listed.end() - std::min(n, listed.size()), listed.end()};
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+ModelManager::ModelManager(ManagerOptions opts) : opts_(std::move(opts)) {
+  if (opts_.batching) {
+    opts_.batching->validate();
+    scheduler_ = std::make_unique<BatchScheduler>(opts_.batching->num_batch_threads);
+  }
+}
+
+ModelManager::~ModelManager() {
+  {
+    std::lock_guard<std::mutex> lock(poll_mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  models_.clear();
+}
+
+void ModelManager::set_config(std::vector<ModelConfig> models) {
+  std::set<std::string> names;
+  for (auto& m : models) {
+    if (m.name.empty()) throw InvalidArgumentError("model config: a model has no name");
+    if (m.base_path.empty()) throw InvalidArgumentError("model config: model '" + m.name + "' has no base_path");
+    if (!names.insert(m.name).second) throw InvalidArgumentError("model config: model '" + m.name + "' appears twice");
+    if (m.policy.kind == VersionPolicy::Kind::kLatest && m.policy.num_versions < 1)
+      throw InvalidArgumentError("model config: model '" + m.name + "': latest.num_versions must be >= 1");
+    if (m.policy.kind == VersionPolicy::Kind::kSpecific && m.policy.versions.empty())
+      throw InvalidArgumentError("model config: model '" + m.name + "': specific policy lists no versions");
+    for (auto& [target, w] : m.traffic_split) {
+      if (!(w > 0)) throw InvalidArgumentError("model config: model '" + m.name + "': traffic_split weight of '" +
+                                               target + "' must be positive");
+      bool is_version = !target.empty() && std::all_of(target.begin(), target.end(), ::isdigit);
+      if (!is_version && !m.labels.count(target))
+        throw InvalidArgumentError("model config: model '" + m.name + "': traffic_split target '" + target +
+                                   "' is neither a version number nor one of its version_labels");
+    }
+  }
+  std::lock_guard<std::mutex> poll(poll_mu_);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, std::shared_ptr<Model>> next;
+  for (auto& c : models) {
+    auto it = models_.find(c.name);
+    std::shared_ptr<Model> m;
+    if (it != models_.end() && it->second->config.base_path == c.base_path) {
+      m = it->second;  // keep what is loaded; the next poll applies the new policy
+    } else {
+      m = std::make_shared<Model>();
+    }
+    m->config = std::move(c);
+    next[m->config.name] = m;
+  }
+  for (auto& [name, m] : models_)
+    if (!next.count(name)) log_event(LogLevel::kInfo, "model_removed", {{"model", name}});
+  models_ = std::move(next);
+}
+
+std::vector<ModelConfig> ModelManager::config() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ModelConfig> out;
+  for (auto& [n, m] : models_) out.push_back(m->config);
+  return out;
+}
+
+void ModelManager::poll_now() {
+  std::lock_guard<std::mutex> poll(poll_mu_);
+  std::vector<std::shared_ptr<Model>> models;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [n, m] : models_) models.push_back(m);
+  }
+  for (auto& m : models) poll_model(*m);
+}
+
+void ModelManager::poll_model(Model& m) {
+  ModelConfig cfg;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cfg = m.config;
+  }
+  std::error_code ec;
+  if (!fs::is_directory(cfg.base_path, ec)) {
+    if (!m.missing_base_logged)
+      log_event(LogLevel::kWarning, "base_path_missing", {{"model", cfg.name}, {"base_path", cfg.base_path}});
+    m.missing_base_logged = true;
+  } else {
+    m.missing_base_logged = false;
+  }
+  const auto listed = package::list_versions(cfg.base_path);
+  std::map<int64_t, std::string> stamps;
+  for (int64_t v : listed) stamps[v] = dir_stamp(fs::path(cfg.base_path) / std::to_string(v));
+
+  // Versions that failed and have not changed since are not candidates: the policy
+  // then falls back to the versions that work (latest(1) keeps the previous one).
+  std::vector<int64_t> desired;
+  for (;;) {
+    std::vector<int64_t> candidates;
+    for (int64_t v : listed) {
+      auto f = m.failed.find(v);
+      if (f == m.failed.end() || f->second != stamps[v]) candidates.push_back(v);
+    }
+    desired = apply_policy(cfg.policy, candidates);
+    bool all_loaded = true;
+    for (int64_t v : desired) {
+      bool loaded;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        loaded = m.available.count(v) > 0;
+      }
+      if (loaded) continue;
+      all_loaded = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        m.status[v] = VersionStatus{v, VersionState::kLoading, {}};
+      }
+      const std::string dir = (fs::path(cfg.base_path) / std::to_string(v)).string();
+      log_event(LogLevel::kInfo, "version_loading", {{"model", cfg.name}, {"version", std::to_string(v)}, {"dir", dir}});
+      const auto t0 = Clock::now();
+      try {
+        auto saved = package::SavedModel::load(dir, opts_.load);
+        auto servable = std::make_shared<Servable>(cfg.name, v, std::move(saved));
+        if (scheduler_) servable->enable_batching(*scheduler_, *opts_.batching);
+        if (opts_.warmup) opts_.warmup(*servable);
+        const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          m.available[v] = std::move(servable);
+          m.status[v] = VersionStatus{v, VersionState::kAvailable, {}};
+          m.failed.erase(v);
+        }
+        ++loads_;
+        if (opts_.metrics) {
+          opts_.metrics->gauge("kiln_model_load_seconds", "Seconds the last load (with warm-up) of a version took",
+                               {"model", "version"}).at({cfg.name, std::to_string(v)}).set(secs);
+          opts_.metrics->counter("kiln_model_loads_total", "Version loads by result", {"model", "result"})
+              .at({cfg.name, "ok"}).inc();
+        }
+        log_event(LogLevel::kInfo, "version_available",
+                  {{"model", cfg.name}, {"version", std::to_string(v)}, {"seconds", std::to_string(secs)}});
+      } catch (...) {
+        Status st = status_of_current_exception();
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          m.status[v] = VersionStatus{v, VersionState::kEnd, st};
+          m.failed[v] = stamps[v];
+        }
+        if (opts_.metrics)
+          opts_.metrics->counter("kiln_model_loads_total", "Version loads by result", {"model", "result"})
+              .at({cfg.name, "error"}).inc();
+        log_event(LogLevel::kError, "version_failed",
+                  {{"model", cfg.name}, {"version", std::to_string(v)}, {"code", std::string(code_name(st.code))},
+                   {"error", st.message}});
+        break;  // recompute the desired set without it
+      }
+    }
+    if (all_loaded) break;
+    // Loop again: either everything desired is now loaded, or a failure changed the set.
+    bool changed = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int64_t v : desired) changed = changed || !m.available.count(v);
+    }
+    if (!changed) break;
+  }
+  // Publish: versions no longer desired stop taking traffic now and are freed when
+  // their last in-flight request ends.
+  std::vector<std::shared_ptr<const Servable>> retired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = m.available.begin(); it != m.available.end();) {
+      if (std::find(desired.begin(), desired.end(), it->first) == desired.end()) {
+        m.status[it->first] = VersionStatus{it->first, VersionState::kEnd, {}};
+        retired.push_back(std::move(it->second));
+        it = m.available.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    // Forget failed versions whose directory is gone.
+    for (auto it = m.failed.begin(); it != m.failed.end();) {
+      if (!stamps.count(it->first)) {
+        m.status.erase(it->first);
+        it = m.failed.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (opts_.metrics) {
+      auto& g = opts_.metrics->gauge("kiln_model_version_state",
+                                     "State of each version (TF Serving's numbers: 30 AVAILABLE, 50 END)",
+                                     {"model", "version"});
+      for (auto& [v, s] : m.status) g.at({cfg.name, std::to_string(v)}).set(static_cast<double>(s.state));
+    }
+  }
+  for (auto& s : retired)
+    log_event(LogLevel::kInfo, "version_unloading", {{"model", cfg.name}, {"version", std::to_string(s->version())}});
+}
+
+void ModelManager::start() {
+  if (opts_.poll_seconds <= 0 || thread_.joinable()) return;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void ModelManager::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(poll_mu_);
+      if (cv_.wait_for(lock, std::chrono::duration<double>(opts_.poll_seconds), [&] { return stop_; })) return;
+    }
+    try {
+      poll_now();
+    } catch (...) {
+      auto st = status_of_current_exception();
+      log_event(LogLevel::kError, "poll_failed", {{"error", st.message}});
+    }
+  }
+}
+
+std::shared_ptr<const Servable> ModelManager::find(const std::string& model, std::optional<int64_t> version,
+                                                   const std::string& label) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(model);
+  if (it == models_.end())
+    throw ServingError(Code::kNotFound, "Servable not found for request: model '" + model + "' is not configured");
+  const Model& m = *it->second;
+  auto specific = [&](int64_t v, const std::string& how) -> std::shared_ptr<const Servable> {
+    auto a = m.available.find(v);
+    if (a == m.available.end())
+      throw ServingError(Code::kNotFound, "Servable not found for request: " + how + " of model '" + model +
+                                              "': version " + std::to_string(v) + " is not available");
+    return a->second;
+  };
+  if (version) return specific(*version, "version " + std::to_string(*version));
+  if (!label.empty()) {
+    auto l = m.config.labels.find(label);
+    if (l == m.config.labels.end())
+      throw ServingError(Code::kNotFound, "Unrecognized servable version label: '" + label + "' of model '" + model + "'");
+    return specific(l->second, "label '" + label + "'");
+  }
+  if (m.available.empty())
+    throw ServingError(Code::kUnavailable, "model '" + model + "' has no available version yet");
+  if (!m.config.traffic_split.empty()) {
+    // Weighted choice among the targets that resolve to an available version.
+    std::vector<std::pair<std::shared_ptr<const Servable>, double>> targets;
+    double total = 0;
+    for (auto& [target, w] : m.config.traffic_split) {
+      int64_t v;
+      auto l = m.config.labels.find(target);
+      if (l != m.config.labels.end()) v = l->second;
+      else v = std::stoll(target);
+      auto a = m.available.find(v);
+      if (a == m.available.end()) continue;
+      targets.emplace_back(a->second, w);
+      total += w;
+    }
+    if (!targets.empty()) {
+      double r;
+      {
+        std::lock_guard<std::mutex> rl(rng_mu_);
+        r = std::uniform_real_distribution<double>(0, total)(rng_);
+      }
+      for (auto& [s, w] : targets) {
+        if (r < w) return s;
+        r -= w;
+      }
+      return targets.back().first;
+    }
+  }
+  return m.available.rbegin()->second;
+}
+
+std::vector<VersionStatus> ModelManager::status(const std::string& model) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(model);
+  if (it == models_.end())
+    throw ServingError(Code::kNotFound, "Could not find any versions of model " + model);
+  std::vector<VersionStatus> out;
+  for (auto& [v, s] : it->second->status) out.push_back(s);
+  // Newest first, as TF Serving lists them.
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> ModelManager::model_names() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  for (auto& [n, m] : models_) out.push_back(n);
+  return out;
+}
+
+bool ModelManager::ready() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (models_.empty()) return false;
+  for (auto& [n, m] : models_)
+    if (m->available.empty()) return false;
+  return true;
+}
+
+}  // namespace kiln::serving

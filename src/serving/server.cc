@@ -1,0 +1,266 @@
+#include "kiln/serving/server.h"
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "config.h"
+#include "grpc_server.h"
+#include "http_server.h"
+#include "kiln/core/device.h"
+#include "kiln/core/error.h"
+#include "kiln/core/version.h"
+#include "log.h"
+#include "rest_api.h"
+#include "service.h"
+#include "warmup.h"
+
+namespace kiln::serving {
+
+struct Server::Impl {
+  ServerOptions opts;
+  Metrics metrics;
+  std::unique_ptr<ModelManager> manager;
+  std::unique_ptr<Service> service;
+  std::unique_ptr<HttpServer> http;
+  std::unique_ptr<GrpcServer> grpc;
+  MonitoringOptions monitoring;
+  std::mutex reload_mu;
+  bool stopped = false;
+
+  std::vector<ModelConfig> initial_models() {
+    if (!opts.model_config_file.empty()) return models_from_proto(read_model_server_config(opts.model_config_file));
+    if (opts.model_base_path.empty())
+      throw InvalidArgumentError("no model to serve: give --model_base_path (with --model_name) or --model_config_file");
+    ModelConfig m;
+    m.name = opts.model_name;
+    m.base_path = opts.model_base_path;
+    return {m};
+  }
+
+  Status apply_config(const tensorflow::serving::ModelServerConfig& config) {
+    try {
+      auto models = models_from_proto(config);
+      std::lock_guard<std::mutex> lock(reload_mu);
+      manager->set_config(std::move(models));
+      manager->poll_now();
+      log_event(LogLevel::kInfo, "config_reloaded", {{"models", std::to_string(manager->model_names().size())}});
+      return {};
+    } catch (...) {
+      auto st = status_of_current_exception();
+      log_event(LogLevel::kError, "config_reload_failed", {{"error", st.message}});
+      return st;
+    }
+  }
+
+  void process_metrics() {
+    auto& cpu = metrics.gauge("process_cpu_seconds_total", "User + system CPU seconds of the server process", {});
+    auto& rss = metrics.gauge("process_resident_memory_bytes", "Resident memory of the server process", {});
+    auto& in_use = metrics.gauge("kiln_allocator_bytes_in_use", "Bytes the device allocator has handed out", {"device"});
+    auto& peak = metrics.gauge("kiln_allocator_peak_bytes_in_use", "Peak bytes the device allocator handed out", {"device"});
+    auto& reserved = metrics.gauge("kiln_allocator_bytes_reserved", "Bytes the device allocator holds from the system",
+                                   {"device"});
+    auto& in_flight = metrics.gauge("kiln_rest_requests_in_flight", "REST requests being answered", {});
+    metrics.on_collect([this, &cpu, &rss, &in_use, &peak, &reserved, &in_flight] {
+      rusage ru{};
+      getrusage(RUSAGE_SELF, &ru);
+      cpu.at({}).set(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6);
+      long pages = 0, resident = 0;
+      if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+        if (std::fscanf(f, "%ld %ld", &pages, &resident) == 2) rss.at({}).set(double(resident) * sysconf(_SC_PAGESIZE));
+        std::fclose(f);
+      }
+      // Every device kiln has a backend for (GPU figures appear only with the CUDA backend).
+      for (DeviceType t : {DeviceType::kCPU, DeviceType::kCUDA}) {
+        Backend* b = find_backend(t);
+        if (!b) continue;
+        for (int i = 0; i < b->device_count(); ++i) {
+          auto s = b->allocator(i).stats();
+          std::string dev = std::string(device_type_name(t)) + ":" + std::to_string(i);
+          in_use.at({dev}).set(double(s.bytes_in_use));
+          peak.at({dev}).set(double(s.peak_bytes_in_use));
+          reserved.at({dev}).set(double(s.bytes_reserved));
+        }
+      }
+      if (http) in_flight.at({}).set(double(http->in_flight()));
+    });
+  }
+};
+
+Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) { impl_->opts = std::move(opts); }
+
+Server::~Server() { stop(); }
+
+void Server::start() {
+  auto& im = *impl_;
+  set_log_enabled(!im.opts.quiet);
+  if (!im.opts.monitoring_config_file.empty()) im.monitoring = read_monitoring_config(im.opts.monitoring_config_file);
+  ManagerOptions mo;
+  mo.poll_seconds = im.opts.file_system_poll_wait_seconds;
+  mo.metrics = &im.metrics;
+  if (im.opts.enable_batching)
+    mo.batching = im.opts.batching_parameters_file.empty() ? BatchingOptions{}
+                                                           : read_batching_parameters(im.opts.batching_parameters_file);
+  else if (!im.opts.batching_parameters_file.empty())
+    throw InvalidArgumentError("--batching_parameters_file needs --enable_batching");
+  if (im.opts.enable_warmup)
+    mo.warmup = [](const Servable& s) {
+      int n = run_warmup(s);
+      if (n)
+        log_event(LogLevel::kInfo, "warmup_done",
+                  {{"model", s.model_name()}, {"version", std::to_string(s.version())}, {"requests", std::to_string(n)}});
+    };
+  im.manager = std::make_unique<ModelManager>(std::move(mo));
+  im.manager->set_config(im.initial_models());
+  im.service = std::make_unique<Service>(*im.manager, im.metrics);
+  im.process_metrics();
+  // First versions load before the ports open: a started server is ready unless a
+  // model failed (its status says why; /readyz answers 503 until it has a version).
+  im.manager->poll_now();
+  if (im.opts.rest_api_port >= 0) {
+    HttpOptions ho;
+    ho.host = im.opts.host;
+    ho.port = im.opts.rest_api_port;
+    ho.threads = im.opts.rest_api_num_threads;
+    ho.max_body_bytes = im.opts.max_body_bytes;
+    ho.header_timeout = ho.body_timeout = std::chrono::milliseconds(im.opts.rest_api_timeout_in_ms);
+    RestOptions ro;
+    ro.metrics_enabled = im.monitoring.enabled;
+    ro.metrics_path = im.monitoring.path;
+    im.http = std::make_unique<HttpServer>(ho, make_rest_handler(*im.service, ro));
+    im.http->start();
+  }
+  if (im.opts.port >= 0) {
+    GrpcOptions go;
+    go.host = im.opts.host;
+    go.port = im.opts.port;
+    go.max_threads = im.opts.grpc_max_threads;
+    go.max_message_bytes = im.opts.max_body_bytes;
+    im.grpc = std::make_unique<GrpcServer>(*im.service, go, [&im](const tensorflow::serving::ModelServerConfig& c) {
+      return im.apply_config(c);
+    });
+    im.grpc->start();
+  }
+  im.manager->start();
+  log_event(LogLevel::kInfo, "server_started",
+            {{"version", KILN_VERSION_STRING},
+             {"grpc", im.grpc ? im.opts.host + ":" + std::to_string(im.grpc->port()) : "off"},
+             {"rest", im.http ? im.opts.host + ":" + std::to_string(im.http->port()) : "off"},
+             {"batching", im.opts.enable_batching ? "on" : "off"},
+             {"ready", im.manager->ready() ? "true" : "false"}});
+}
+
+int Server::grpc_port() const { return impl_->grpc ? impl_->grpc->port() : -1; }
+int Server::rest_port() const { return impl_->http ? impl_->http->port() : -1; }
+
+void Server::reload_config_file() {
+  auto& im = *impl_;
+  if (im.opts.model_config_file.empty())
+    throw FailedPreconditionError("no --model_config_file to reload (the server was started with --model_base_path)");
+  auto st = im.apply_config(read_model_server_config(im.opts.model_config_file));
+  if (!st.ok()) throw ServingError(st.code, st.message);
+}
+
+void Server::stop() {
+  auto& im = *impl_;
+  if (im.stopped || !im.manager) return;
+  im.stopped = true;
+  const auto grace = std::chrono::milliseconds(static_cast<int64_t>(im.opts.shutdown_grace_seconds * 1000));
+  log_event(LogLevel::kInfo, "server_stopping", {{"in_flight", std::to_string(im.http ? im.http->in_flight() : 0)}});
+  if (im.grpc) im.grpc->shutdown(grace);
+  if (im.http) im.http->stop(grace);
+  im.manager.reset();  // unloads; batches still queued fail UNAVAILABLE
+  im.http.reset();
+  im.grpc.reset();
+  log_event(LogLevel::kInfo, "server_stopped");
+}
+
+void Server::run_until_signalled() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    if (sig == SIGHUP) {
+      try {
+        reload_config_file();
+      } catch (const std::exception& e) {
+        log_event(LogLevel::kError, "sighup_reload_failed", {{"error", e.what()}});
+      }
+      continue;
+    }
+    log_event(LogLevel::kInfo, "signal", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+    stop();
+    return;
+  }
+}
+
+int serve_main(int argc, char** argv) {
+  ServerOptions o;
+  CLI::App app{"kiln model server: TensorFlow Serving's REST and gRPC APIs for kiln model packages"};
+  app.set_version_flag("--version", KILN_VERSION_STRING);
+  app.add_option("--model_name", o.model_name, "Name of the model (with --model_base_path)")->capture_default_str();
+  app.add_option("--model_base_path", o.model_base_path, "Directory with numeric version subdirectories");
+  app.add_option("--model_config_file", o.model_config_file,
+                 "ModelServerConfig text proto (model_config_list: several models, version policy, version_labels, "
+                 "kiln's traffic_split); re-read on SIGHUP and by HandleReloadConfigRequest");
+  app.add_option("--host", o.host, "Address both APIs bind (127.0.0.1: this machine only; 0.0.0.0: every interface)")
+      ->capture_default_str();
+  app.add_option("--port", o.port, "gRPC port (0: any free port, -1: no gRPC)")->capture_default_str();
+  app.add_option("--rest_api_port", o.rest_api_port, "REST port (0: any free port, -1: no REST)")->capture_default_str();
+  app.add_option("--rest_api_num_threads", o.rest_api_num_threads, "REST I/O threads (0: one per core)")
+      ->capture_default_str();
+  app.add_option("--rest_api_timeout_in_ms", o.rest_api_timeout_in_ms,
+                 "Time a REST client has to send a request's header, and then its body")->capture_default_str();
+  app.add_option("--max_body_bytes", o.max_body_bytes, "Largest REST body / gRPC message accepted (413 / RESOURCE_EXHAUSTED)")
+      ->capture_default_str();
+  app.add_option("--grpc_max_threads", o.grpc_max_threads, "gRPC handler threads (0: gRPC's default)")
+      ->capture_default_str();
+  app.add_flag("--enable_batching", o.enable_batching, "Batch requests together (per model version and signature)");
+  app.add_option("--batching_parameters_file", o.batching_parameters_file,
+                 "BatchingParameters text proto: max_batch_size, batch_timeout_micros, max_enqueued_batches, "
+                 "num_batch_threads, allowed_batch_sizes, pad_variable_length_inputs");
+  app.add_option("--file_system_poll_wait_seconds", o.file_system_poll_wait_seconds,
+                 "Seconds between scans of the base paths for new versions (<= 0: scan at start only)")
+      ->capture_default_str();
+  app.add_option("--monitoring_config_file", o.monitoring_config_file,
+                 "MonitoringConfig text proto: prometheus_config { enable: true path: \"/metrics/path\" }");
+  app.add_option("--enable_model_warmup", o.enable_warmup,
+                 "Replay assets.extra/tf_serving_warmup_requests before a version serves")->capture_default_str();
+  app.add_option("--shutdown_grace_seconds", o.shutdown_grace_seconds,
+                 "On SIGTERM, how long requests in flight may take to finish")->capture_default_str();
+  app.add_flag("--quiet", o.quiet, "No log lines");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  // Signals are taken by run_until_signalled() (sigwait): block them before any thread starts.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  try {
+    Server server(o);
+    server.start();
+    server.run_until_signalled();
+  } catch (const std::exception& e) {
+    auto st = status_of(e);
+    std::cerr << "kiln serve: " << code_name(st.code) << ": " << st.message << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace kiln::serving

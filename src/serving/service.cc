@@ -1,0 +1,182 @@
+#include "service.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/core/error.h"
+
+namespace kiln::serving {
+
+Service::Service(ModelManager& manager, Metrics& metrics) : manager_(manager), metrics_(metrics) {
+  requests_ = &metrics.counter("kiln_requests_total", "Requests answered, by model, version, API, method and status code",
+                               {"model", "version", "api", "method", "code"});
+  latency_ = &metrics.histogram("kiln_request_latency_seconds", "Request latency from arrival to answer",
+                                {"model", "api", "method"}, latency_buckets());
+  queue_ = &metrics.histogram("kiln_batch_queue_seconds", "Time requests waited in the batching queue", {"model"},
+                              latency_buckets());
+  compute_ = &metrics.histogram("kiln_compute_seconds", "Time the model ran for a request's batch", {"model"},
+                                latency_buckets());
+  batch_size_ = &metrics.histogram("kiln_batch_size", "Rows of the batches requests ran in (padding included)",
+                                   {"model"}, {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024});
+}
+
+std::shared_ptr<const Servable> Service::resolve(const ModelSpec& spec) const {
+  if (spec.name.empty()) throw ServingError(Code::kInvalidArgument, "the request names no model");
+  if (spec.version && !spec.label.empty())
+    throw ServingError(Code::kInvalidArgument, "a request may name a version or a label, not both");
+  return manager_.find(spec.name, spec.version, spec.label);
+}
+
+const package::Signature& Service::signature(const Servable& s, const std::string& name, std::string_view method) {
+  const auto& sig = s.model().signature(name.empty() ? package::kDefaultSignature : name);
+  if (!method.empty() && sig.method != method) {
+    auto short_name = [](std::string_view m) {
+      auto p = m.rfind('/');
+      return std::string(p == std::string_view::npos ? m : m.substr(p + 1));
+    };
+    throw InvalidArgumentError("signature '" + sig.name + "' is a " + short_name(sig.method) + " signature, not a " +
+                               short_name(method) + " one (method_name " + sig.method + ")");
+  }
+  return sig;
+}
+
+namespace {
+
+const tensorflow::Feature* find_feature(const tensorflow::Example* ex, const std::string& name) {
+  if (!ex || !ex->has_features()) return nullptr;
+  auto& m = ex->features().feature();
+  auto it = m.find(name);
+  return it == m.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+TensorMap Service::examples_to_inputs(const package::Signature& sig,
+                                      const std::vector<const tensorflow::Example*>& examples,
+                                      const tensorflow::Example* context) {
+  if (examples.empty()) throw InvalidArgumentError("Input is empty: the request has no examples");
+  const int64_t n = static_cast<int64_t>(examples.size());
+  TensorMap out;
+  for (const auto& in : sig.inputs) {
+    const auto& shape = in.spec.shape;
+    if (shape.empty() || shape[0] != -1)
+      throw InvalidArgumentError("signature '" + sig.name + "' input '" + in.name + "' (" + package::spec_str(in.spec) +
+                                 ") has no batch dimension: it cannot take examples");
+    int64_t per = 1;
+    std::vector<int64_t> dims{n};
+    for (size_t d = 1; d < shape.size(); ++d) {
+      if (shape[d] < 0)
+        throw InvalidArgumentError("signature '" + sig.name + "' input '" + in.name + "' (" +
+                                   package::spec_str(in.spec) + ") has an open non-batch dimension: examples cannot fill it");
+      per *= shape[d];
+      dims.push_back(shape[d]);
+    }
+    Tensor f64 = Tensor::empty(Shape(dims), DType::kF64);
+    double* dst = f64.data<double>();
+    const bool bytes_ok = in.spec.dtype == DType::kU8 || in.spec.dtype == DType::kI8;
+    for (int64_t i = 0; i < n; ++i) {
+      const tensorflow::Feature* f = find_feature(examples[i], in.name);
+      if (!f) f = find_feature(context, in.name);
+      const std::string where = "examples[" + std::to_string(i) + "] feature '" + in.name + "'";
+      if (!f) throw InvalidArgumentError(where + ": missing (signature '" + sig.name + "' needs it: " +
+                                         package::spec_str(in.spec) + ")");
+      double* row = dst + i * per;
+      int64_t got = 0;
+      switch (f->kind_case()) {
+        case tensorflow::Feature::kFloatList:
+          got = f->float_list().value_size();
+          if (got == per)
+            for (int64_t k = 0; k < per; ++k) row[k] = f->float_list().value(static_cast<int>(k));
+          break;
+        case tensorflow::Feature::kInt64List:
+          got = f->int64_list().value_size();
+          if (got == per)
+            for (int64_t k = 0; k < per; ++k) row[k] = static_cast<double>(f->int64_list().value(static_cast<int>(k)));
+          break;
+        case tensorflow::Feature::kBytesList: {
+          if (!bytes_ok || f->bytes_list().value_size() != 1)
+            throw InvalidArgumentError(where + ": bytes values fill only u8/i8 inputs, one string per example; the input is " +
+                                       package::spec_str(in.spec));
+          const std::string& b = f->bytes_list().value(0);
+          got = static_cast<int64_t>(b.size());
+          if (got == per)
+            for (int64_t k = 0; k < per; ++k)
+              row[k] = in.spec.dtype == DType::kU8 ? static_cast<double>(static_cast<uint8_t>(b[k]))
+                                                    : static_cast<double>(static_cast<int8_t>(b[k]));
+          break;
+        }
+        default:
+          throw InvalidArgumentError(where + ": the feature has no values");
+      }
+      if (got != per)
+        throw InvalidArgumentError(where + ": expected " + std::to_string(per) + " values (" +
+                                   package::spec_str(in.spec) + "), got " + std::to_string(got));
+    }
+    out.emplace(in.name, in.spec.dtype == DType::kF64 ? f64 : f64.to(in.spec.dtype));
+  }
+  return out;
+}
+
+namespace {
+
+const Tensor& pick_output(const package::Signature& sig, const TensorMap& outputs, const char* preferred,
+                          const char* what) {
+  auto it = outputs.find(preferred);
+  if (it != outputs.end()) return it->second;
+  const Tensor* only = nullptr;
+  int floats = 0;
+  for (auto& [name, t] : outputs)
+    if (t.dtype() == DType::kF32 || t.dtype() == DType::kF64 || t.dtype() == DType::kF16 || t.dtype() == DType::kBF16) {
+      only = &t;
+      ++floats;
+    }
+  if (floats != 1)
+    throw InvalidArgumentError("signature '" + sig.name + "' has no '" + preferred + "' output and not exactly one " +
+                               "floating-point output to use as the " + what);
+  return *only;
+}
+
+}  // namespace
+
+std::vector<ClassList> Service::to_classes(const package::Signature& sig, const TensorMap& outputs) {
+  Tensor scores = pick_output(sig, outputs, "scores", "scores").to(DType::kF32);
+  if (scores.rank() == 1) scores = scores.reshape(Shape{scores.dim(0), 1});
+  if (scores.rank() != 2)
+    throw InvalidArgumentError("classify: scores must be [examples, classes], got " + scores.desc());
+  const int64_t n = scores.dim(0), k = scores.dim(1);
+  // Labels: a `classes` output of the same [N, K] shape (integer class ids); else the index.
+  const Tensor* labels = nullptr;
+  auto c = outputs.find("classes");
+  if (c != outputs.end() && c->second.rank() == 2 && c->second.dim(0) == n && c->second.dim(1) == k) labels = &c->second;
+  std::vector<ClassList> out(static_cast<size_t>(n));
+  const float* s = scores.data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    out[i].reserve(static_cast<size_t>(k));
+    for (int64_t j = 0; j < k; ++j) {
+      std::string label = labels ? std::to_string(static_cast<int64_t>(labels->get_double(i * k + j))) : std::to_string(j);
+      out[i].emplace_back(std::move(label), s[i * k + j]);
+    }
+  }
+  return out;
+}
+
+std::vector<float> Service::to_regressions(const package::Signature& sig, const TensorMap& outputs) {
+  Tensor v = pick_output(sig, outputs, "outputs", "regression value").to(DType::kF32);
+  if (!(v.rank() == 1 || (v.rank() == 2 && v.dim(1) == 1)))
+    throw InvalidArgumentError("regress: the output must be [examples] or [examples, 1], got " + v.desc());
+  return v.to_vector<float>();
+}
+
+void Service::record(const std::string& model, int64_t version, std::string_view api, std::string_view method,
+                     Code code, double seconds, const BatchInfo* batch) const {
+  requests_->at({model, version > 0 ? std::to_string(version) : "", std::string(api), std::string(method),
+                 std::string(code_name(code))}).inc();
+  latency_->at({model, std::string(api), std::string(method)}).observe(seconds);
+  if (batch && batch->batch_size > 0) {
+    queue_->at({model}).observe(batch->queue_seconds);
+    compute_->at({model}).observe(batch->compute_seconds);
+    batch_size_->at({model}).observe(static_cast<double>(batch->batch_size));
+  }
+}
+
+}  // namespace kiln::serving
