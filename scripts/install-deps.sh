@@ -10,10 +10,14 @@ PACKAGES=(
   libcli11-dev             # the kiln command line
   zlib1g-dev               # gzip IDX files
   libpng-dev libjpeg62-turbo-dev   # image decoding (kiln/data/image.h): PNG, JPEG
-  libboost-dev             # Boost.CRC (CRC-32C of TFRecord, event files, checkpoints)
+  libboost-dev             # Boost.CRC (CRC-32C of TFRecord, ...); Boost.Beast/Asio: the server's HTTP front end
   libprotobuf-dev protobuf-compiler   # TensorBoard Event protos (proto/)
   nlohmann-json3-dev       # checkpoint (safetensors) headers, metrics JSON, package manifests
   libssl-dev               # SHA-256 of model-package files (OpenSSL libcrypto)
+  libgrpc++-dev protobuf-compiler-grpc   # the server's gRPC front end (TF Serving's services)
+  libsimdjson-dev          # REST request bodies
+  wrk                      # load tests of the server (tests/cli/serve.sh)
+  curl                     # the server's CLI tests and the README's example
   clang-14 libclang-rt-14-dev   # libFuzzer targets
   python3 python3-venv     # fixture generators and interop checks (venv in the build tree)
   dataset-fashion-mnist    # the default training data set
