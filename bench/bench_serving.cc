@@ -5,6 +5,9 @@
 //                                       closed-loop gRPC Predict load (one row of FEATURES
 //                                       floats per request, CONNECTIONS threads each with
 //                                       its own channel); prints requests/s, p50/p99, errors
+//   bench_serving json [ROWS]           REST predict body decoding: kiln's simdjson decoder
+//                                       (json_codec) vs nlohmann::json parse + copy into the
+//                                       same f32 tensor, ROWS x 784 floats; medians of 15
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -15,7 +18,10 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kiln/ops.h"
+#include "serving/json_codec.h"
 #include "kiln/package/export.h"
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
 
@@ -72,11 +78,61 @@ static int grpc_load(int port, const std::string& model, double seconds, int con
   return errors ? 1 : 0;
 }
 
+static int json_bench(int rows) {
+  std::string body = "{\"instances\": [";
+  for (int r = 0; r < rows; ++r) {
+    body += r ? ", [" : "[";
+    for (int k = 0; k < 784; ++k) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "%s%.4f", k ? ", " : "", ((r * 784 + k) % 255) / 255.0);
+      body += buf;
+    }
+    body += "]";
+  }
+  body += "]}";
+  package::Signature sig;
+  sig.name = "serving_default";
+  sig.inputs = {{"x", {{-1, 784}, DType::kF32}}};
+  auto lookup = [&](const std::string&) -> const package::Signature& { return sig; };
+  auto kiln_once = [&] { return serving::json::decode_predict(body, lookup).inputs.at("x"); };
+  auto peer_once = [&] {
+    auto j = nlohmann::json::parse(body);
+    const auto& inst = j.at("instances");
+    Tensor t = Tensor::empty(Shape{static_cast<int64_t>(inst.size()), 784}, DType::kF32);
+    float* p = t.data<float>();
+    for (const auto& row : inst) {
+      if (row.size() != 784) throw std::runtime_error("bad row");
+      for (const auto& v : row) *p++ = v.get<float>();
+    }
+    return t;
+  };
+  if (kiln_once().to_vector<float>() != peer_once().to_vector<float>()) {
+    std::fprintf(stderr, "decoders disagree\n");
+    return 1;
+  }
+  auto median_ms = [](auto&& f) {
+    std::vector<double> ts;
+    for (int i = 0; i < 15; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      f();
+      ts.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2];
+  };
+  double k = median_ms(kiln_once), n = median_ms(peer_once);
+  double mb = body.size() / 1e6;
+  std::printf("json decode %d x 784 floats (%.2f MB): kiln %.3f ms (%.0f MB/s) | nlohmann %.3f ms (%.0f MB/s) | %.1fx\n",
+              rows, mb, k, mb / (k / 1e3), n, mb / (n / 1e3), n / k);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string cmd = argc > 1 ? argv[1] : "";
   if (cmd == "export-tiny" && argc == 3) return export_tiny(argv[2]);
+  if (cmd == "json") return json_bench(argc > 2 ? std::stoi(argv[2]) : 64);
   if (cmd == "grpc" && argc == 7)
     return grpc_load(std::stoi(argv[2]), argv[3], std::stod(argv[4]), std::stoi(argv[5]), std::stoi(argv[6]));
-  std::fprintf(stderr, "usage: bench_serving export-tiny DIR | grpc PORT MODEL SECONDS CONNECTIONS FEATURES\n");
+  std::fprintf(stderr, "usage: bench_serving export-tiny DIR | grpc PORT MODEL SECONDS CONNECTIONS FEATURES | json [ROWS]\n");
   return 2;
 }

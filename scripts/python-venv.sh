@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes the Python venv that fixture generators and interop tests use: build/venv (or
-# the directory given as $1) with numpy, tensorboard and tensorflow-cpu from PyPI. Idempotent: creates
+# the directory given as $1) with numpy, tensorboard, tensorflow-cpu, safetensors and
+# tensorflow-serving-api (without its dependencies) from PyPI. Idempotent: creates
 # the venv only when missing and installs only the packages that do not import.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,3 +29,20 @@ for mod in numpy tensorboard tensorflow safetensors; do
     "$venv/bin/pip" install -q "${want[$mod]}"
   fi
 done
+
+# tensorflow_serving (PyPI tensorflow-serving-api): the stock TF Serving gRPC client stubs of
+# tests/interop/serving_client.py. --no-deps: its requirement on the full `tensorflow` would pull
+# a second TensorFlow next to tensorflow-cpu (which provides the same modules); its other
+# dependencies are grpcio and protobuf, installed here when missing (tensorflow-cpu brings both).
+if ! "$venv/bin/python" -c "import grpc" 2>/dev/null; then
+  echo "python-venv: pip install grpcio"
+  "$venv/bin/pip" install -q "grpcio>=1.24.3"
+fi
+echo "python-venv: grpcio $("$venv/bin/python" -c "import grpc; print(grpc.__version__)") present"
+if "$venv/bin/python" -c "import tensorflow_serving.apis.prediction_service_pb2_grpc" 2>/dev/null; then
+  echo "python-venv: tensorflow_serving $("$venv/bin/pip" show tensorflow-serving-api | sed -n 's/^Version: //p') present"
+else
+  tf_version=$("$venv/bin/python" -c "import tensorflow as tf; print(tf.__version__)")
+  echo "python-venv: pip install --no-deps tensorflow-serving-api~=${tf_version%.*}.0"
+  "$venv/bin/pip" install -q --no-deps "tensorflow-serving-api~=${tf_version%.*}.0"
+fi

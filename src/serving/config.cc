@@ -51,7 +51,7 @@ tensorflow::serving::ModelServerConfig read_model_server_config(const std::strin
 
 std::vector<ModelConfig> models_from_proto(const tensorflow::serving::ModelServerConfig& config) {
   if (config.config_case() == tensorflow::serving::ModelServerConfig::kCustomModelConfig)
-    throw InvalidArgumentError("model config: custom_model_config is not supported; use model_config_list");
+    throw FailedPreconditionError("model config: custom_model_config is not supported; use model_config_list");
   std::vector<ModelConfig> out;
   for (const auto& c : config.model_config_list().config()) {
     ModelConfig m;

@@ -72,7 +72,7 @@ void check_deadline(Clock::time_point deadline) {
 
 // What a finished call reports to Service::record.
 struct CallInfo {
-  std::string model;
+  std::string model;  // set once the model is known: unknown names never become metric labels
   int64_t version = 0;
   BatchInfo batch;
   bool ran = false;  // the model ran: batch is meaningful
@@ -148,11 +148,12 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
   grpc::Status Predict(grpc::ServerContext* ctx, const tfs::PredictRequest* req,
                        tfs::PredictResponse* resp) override {
     return run_call(svc_, "predict", [&](CallInfo& info) {
-      info.model = req->model_spec().name();
       const ModelSpec spec = request_spec(req->has_model_spec(), req->model_spec());
       const auto servable = svc_.resolve(spec);
+      info.model = servable->model_name();
       info.version = servable->version();
-      const package::Signature& sig = Front::signature(*servable, spec.signature, package::kPredictMethod);
+      // Any signature (predict, classify, regress) may run through Predict, as in TF Serving.
+      const package::Signature& sig = Front::signature(*servable, spec.signature);
 
       // output_filter names outputs of the signature; empty: all of them.
       std::set<std::string> wanted;
@@ -192,7 +193,6 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
   grpc::Status GetModelMetadata(grpc::ServerContext*, const tfs::GetModelMetadataRequest* req,
                                 tfs::GetModelMetadataResponse* resp) override {
     return run_call(svc_, "get_model_metadata", [&](CallInfo& info) {
-      info.model = req->model_spec().name();
       if (req->metadata_field_size() == 0)
         throw ServingError(Code::kInvalidArgument, "GetModelMetadataRequest must specify at least one metadata_field");
       for (const auto& field : req->metadata_field())
@@ -201,6 +201,7 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
                              "Metadata field " + field + " is not supported (supported: signature_def)");
       const ModelSpec spec = request_spec(req->has_model_spec(), req->model_spec());
       const auto servable = svc_.resolve(spec);
+      info.model = servable->model_name();
       info.version = servable->version();
 
       tfs::SignatureDefMap sigs;
@@ -219,9 +220,9 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
   grpc::Status Classify(grpc::ServerContext* ctx, const tfs::ClassificationRequest* req,
                         tfs::ClassificationResponse* resp) override {
     return run_call(svc_, "classify", [&](CallInfo& info) {
-      info.model = req->model_spec().name();
       const ModelSpec spec = request_spec(req->has_model_spec(), req->model_spec());
       const auto servable = svc_.resolve(spec);
+      info.model = servable->model_name();
       info.version = servable->version();
       const package::Signature& sig = Front::signature(*servable, spec.signature, package::kClassifyMethod);
       const Examples ex = examples_of(req->has_input(), req->input());
@@ -243,9 +244,9 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
   grpc::Status Regress(grpc::ServerContext* ctx, const tfs::RegressionRequest* req,
                        tfs::RegressionResponse* resp) override {
     return run_call(svc_, "regress", [&](CallInfo& info) {
-      info.model = req->model_spec().name();
       const ModelSpec spec = request_spec(req->has_model_spec(), req->model_spec());
       const auto servable = svc_.resolve(spec);
+      info.model = servable->model_name();
       info.version = servable->version();
       const package::Signature& sig = Front::signature(*servable, spec.signature, package::kRegressMethod);
       const Examples ex = examples_of(req->has_input(), req->input());
@@ -267,9 +268,9 @@ class GrpcServer::ModelImpl final : public tfs::ModelService::Service {
   grpc::Status GetModelStatus(grpc::ServerContext*, const tfs::GetModelStatusRequest* req,
                               tfs::GetModelStatusResponse* resp) override {
     return run_call(svc_, "get_model_status", [&](CallInfo& info) {
-      info.model = req->model_spec().name();
       const ModelSpec spec = request_spec(req->has_model_spec(), req->model_spec());
       std::vector<VersionStatus> versions = svc_.manager().status(spec.name);  // NOT_FOUND if unknown
+      info.model = spec.name;
       std::optional<int64_t> only = spec.version;
       if (!only && !spec.label.empty()) {
         for (const ModelConfig& m : svc_.manager().config()) {
@@ -282,11 +283,11 @@ class GrpcServer::ModelImpl final : public tfs::ModelService::Service {
                              "model '" + spec.name + "' has no version labelled '" + spec.label + "'");
       }
       if (only) {
-        info.version = *only;
         std::erase_if(versions, [&](const VersionStatus& v) { return v.version != *only; });
         if (versions.empty())
           throw ServingError(Code::kNotFound, "Could not find version " + std::to_string(*only) + " of model " +
                                                   spec.name);
+        info.version = *only;
       }
       for (const VersionStatus& v : versions) {
         auto* out = resp->add_model_version_status();

@@ -1,6 +1,7 @@
 #include "http_server.h"
 
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
@@ -30,6 +31,9 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::atomic<int64_t>* in_flight;
   net::io_context ioc;
   std::optional<tcp::acceptor> acceptor;
+  // Keeps the I/O threads running while answers are still to come from batch threads
+  // (an idle loop would return from run() once the acceptor closes).
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   std::vector<std::thread> threads;
   std::mutex mu;
   std::condition_variable idle;
@@ -218,6 +222,7 @@ void HttpServer::start() {
     throw ServingError(Code::kUnavailable, "cannot listen on " + im.opts.host + ":" + std::to_string(im.opts.port) +
                                                 " (REST): " + ec.message());
   port_ = im.acceptor->local_endpoint().port();
+  im.work.emplace(im.ioc.get_executor());
   im.accept();
   for (int i = 0; i < im.opts.threads; ++i) im.threads.emplace_back([&im] { im.ioc.run(); });
 }
@@ -242,6 +247,7 @@ void HttpServer::stop(std::chrono::milliseconds grace) {
       if (auto s = w.lock()) s->close();
     im.sessions.clear();
   }
+  im.work.reset();
   im.ioc.stop();
   for (auto& t : im.threads) t.join();
   im.threads.clear();

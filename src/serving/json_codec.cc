@@ -41,12 +41,15 @@ using ET = simdjson::dom::element_type;
 // ------------------------------------------------------------------------------------
 // Small text helpers.
 
+// A JSON number as the body may have written it (1.0 stays 1.0: not an integer).
 std::string num_str(double d) {
   if (std::isnan(d)) return "NaN";
   if (std::isinf(d)) return d < 0 ? "-Infinity" : "Infinity";
   char buf[64];
   auto r = std::to_chars(buf, buf + sizeof buf, d);
-  return std::string(buf, r.ptr);
+  std::string s(buf, r.ptr);
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
 }
 
 std::string dims_str(const std::vector<int64_t>& dims) {
@@ -225,7 +228,7 @@ std::string b64_decode(std::string_view in, std::string& out) {
 // ------------------------------------------------------------------------------------
 // Parsing.
 
-constexpr size_t kKeepParserCapacity = size_t{64} << 20;  // drop bigger parsers after use
+constexpr size_t kKeepParserCapacity = size_t{8} << 20;  // drop bigger parsers after use
 
 struct ThreadParser {
   simdjson::dom::parser parser;
@@ -402,10 +405,18 @@ double marker_value(Marker m) {
   return 0;
 }
 
+bool is_b64(const element& e) {
+  if (e.type() != ET::OBJECT) return false;
+  const object o = as_object(e);
+  if (o.size() != 1) return false;
+  const auto kv = *o.begin();
+  return kv.key == "b64" && kv.value.type() == ET::STRING;
+}
+
 std::string type_desc(const element& e, bool markers) {
   switch (e.type()) {
     case ET::ARRAY: return "a list";
-    case ET::OBJECT: return "an object";
+    case ET::OBJECT: return is_b64(e) ? "a b64 value" : "an object";
     case ET::INT64: return std::to_string(as_int64(e));
     case ET::UINT64: return std::to_string(as_uint64(e));
     case ET::DOUBLE: return num_str(as_double(e));
@@ -425,14 +436,6 @@ size_t array_size(const array& a) {
   n = 0;
   for (auto it = a.begin(); it != a.end(); ++it) ++n;  // the tape's count saturates
   return n;
-}
-
-bool is_b64(const element& e) {
-  if (e.type() != ET::OBJECT) return false;
-  const object o = as_object(e);
-  if (o.size() != 1) return false;
-  const auto kv = *o.begin();
-  return kv.key == "b64" && kv.value.type() == ET::STRING;
 }
 
 std::string_view b64_text(const element& e) {

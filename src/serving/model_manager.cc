@@ -47,6 +47,12 @@ void Servable::enable_batching(BatchScheduler& sched, const BatchingOptions& opt
   }
 }
 
+int64_t Servable::queued_rows() const {
+  int64_t n = 0;
+  for (auto& [sig, q] : queues_) n += q->queued_rows();
+  return n;
+}
+
 void Servable::predict(const std::string& signature, TensorMap inputs, Clock::time_point deadline,
                        std::function<void(const Status&, TensorMap, const BatchInfo&)> done) const {
   auto q = queues_.find(signature);
@@ -337,6 +343,13 @@ void ModelManager::poll_model(Model& m) {
         ++it;
       }
     }
+    // Keep the status of the 16 most recent unloaded versions: a server swapping versions
+    // for months must not grow its status list forever.
+    int ended = 0;
+    for (auto it = m.status.rbegin(); it != m.status.rend();) {
+      const bool drop = it->second.state == VersionState::kEnd && it->second.status.ok() && ++ended > 16;
+      it = drop ? decltype(it)(m.status.erase(std::next(it).base())) : std::next(it);
+    }
     // Forget failed versions whose directory is gone.
     for (auto it = m.failed.begin(); it != m.failed.end();) {
       if (!stamps.count(it->first)) {
@@ -395,7 +408,8 @@ std::shared_ptr<const Servable> ModelManager::find(const std::string& model, std
   if (!label.empty()) {
     auto l = m.config.labels.find(label);
     if (l == m.config.labels.end())
-      throw ServingError(Code::kNotFound, "Unrecognized servable version label: '" + label + "' of model '" + model + "'");
+      throw ServingError(Code::kInvalidArgument,
+                         "Unrecognized servable version label: '" + label + "' of model '" + model + "'");
     return specific(l->second, "label '" + label + "'");
   }
   if (m.available.empty())
@@ -439,6 +453,18 @@ std::vector<VersionStatus> ModelManager::status(const std::string& model) const 
   for (auto& [v, s] : it->second->status) out.push_back(s);
   // Newest first, as TF Serving lists them.
   std::reverse(out.begin(), out.end());
+  return out;
+}
+
+std::map<std::string, int64_t> ModelManager::queued_rows() const {
+  std::vector<std::pair<std::string, std::shared_ptr<const Servable>>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [n, m] : models_)
+      for (auto& [v, s] : m->available) all.emplace_back(n, s);
+  }
+  std::map<std::string, int64_t> out;
+  for (auto& [n, s] : all) out[n] += s->queued_rows();
   return out;
 }
 

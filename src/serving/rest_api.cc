@@ -175,7 +175,7 @@ class RestApi {
               found = true;
             }
           }
-        if (!found) throw ServingError(Code::kNotFound, "Unrecognized servable version label: '" + r.label + "'");
+        if (!found) throw ServingError(Code::kInvalidArgument, "Unrecognized servable version label: '" + r.label + "'");
       }
       if (want) {
         std::vector<VersionStatus> one;

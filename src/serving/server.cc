@@ -44,6 +44,11 @@ struct Server::Impl {
   }
 
   Status apply_config(const tensorflow::serving::ModelServerConfig& config) {
+    if (config.config_case() == tensorflow::serving::ModelServerConfig::CONFIG_NOT_SET) {
+      // As TF Serving: an empty config is no request to unload everything.
+      log_event(LogLevel::kWarning, "config_reload_empty", {{"action", "none"}});
+      return {};
+    }
     try {
       auto models = models_from_proto(config);
       std::lock_guard<std::mutex> lock(reload_mu);
@@ -66,7 +71,10 @@ struct Server::Impl {
     auto& reserved = metrics.gauge("kiln_allocator_bytes_reserved", "Bytes the device allocator holds from the system",
                                    {"device"});
     auto& in_flight = metrics.gauge("kiln_rest_requests_in_flight", "REST requests being answered", {});
-    metrics.on_collect([this, &cpu, &rss, &in_use, &peak, &reserved, &in_flight] {
+    auto& queued = metrics.gauge("kiln_batch_queue_rows", "Rows waiting in the batching queues", {"model"});
+    metrics.on_collect([this, &cpu, &rss, &in_use, &peak, &reserved, &in_flight, &queued] {
+      if (manager)
+        for (auto& [model, rows] : manager->queued_rows()) queued.at({model}).set(double(rows));
       rusage ru{};
       getrusage(RUSAGE_SELF, &ru);
       cpu.at({}).set(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6);

@@ -28,7 +28,20 @@ std::shared_ptr<const Servable> Service::resolve(const ModelSpec& spec) const {
 }
 
 const package::Signature& Service::signature(const Servable& s, const std::string& name, std::string_view method) {
-  const auto& sig = s.model().signature(name.empty() ? package::kDefaultSignature : name);
+  const std::string want = name.empty() ? package::kDefaultSignature : name;
+  const package::Signature* found = nullptr;
+  std::string have;
+  for (const auto& sig : s.model().signatures()) {
+    if (sig.name == want) found = &sig;
+    have += (have.empty() ? "" : ", ") + sig.name;
+  }
+  // TF Serving's codes: FAILED_PRECONDITION from Predict, INVALID_ARGUMENT from
+  // Classify/Regress (both HTTP 400). The message names no server path.
+  if (!found)
+    throw ServingError(method.empty() ? Code::kFailedPrecondition : Code::kInvalidArgument,
+                       "Serving signature key \"" + want + "\" not found (model '" + s.model_name() + "' version " +
+                           std::to_string(s.version()) + " has: " + have + ")");
+  const auto& sig = *found;
   if (!method.empty() && sig.method != method) {
     auto short_name = [](std::string_view m) {
       auto p = m.rfind('/');

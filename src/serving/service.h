@@ -33,7 +33,8 @@ class Service {
 
   // NOT_FOUND (unknown model/version/label), UNAVAILABLE (nothing loaded yet), thrown.
   std::shared_ptr<const Servable> resolve(const ModelSpec& spec) const;
-  // The named signature (empty: serving_default); NOT_FOUND listing those there are.
+  // The named signature (empty: serving_default); an unknown one is FAILED_PRECONDITION
+  // (no method given: Predict) or INVALID_ARGUMENT (classify/regress), as TF Serving.
   // `method`, when given, must match (INVALID_ARGUMENT: "signature 's' is a predict
   // signature, not a classify one").
   static const package::Signature& signature(const Servable& s, const std::string& name,

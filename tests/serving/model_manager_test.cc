@@ -132,7 +132,7 @@ TEST(ModelManager, PoliciesLabelsAndTrafficSplit) {
     mgr.find("m", std::nullopt, "nope");
     ADD_FAILURE();
   } catch (const ServingError& e) {
-    EXPECT_EQ(e.code(), Code::kNotFound);
+    EXPECT_EQ(e.code(), Code::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("label: 'nope'"), std::string::npos);
   }
   try {

@@ -81,6 +81,8 @@ class Servable {
   TensorMap predict_sync(const std::string& signature, TensorMap inputs,
                          Clock::time_point deadline = Clock::time_point::max(), BatchInfo* info = nullptr) const;
   void enable_batching(BatchScheduler& sched, const BatchingOptions& opts);
+  // Rows waiting in this version's batching queues.
+  int64_t queued_rows() const;
 
  private:
   std::string model_name_;
@@ -114,14 +116,18 @@ class ModelManager {
   void start();  // the polling thread (when poll_seconds > 0)
 
   // The servable for a request: a version, a label, or neither (traffic split or the
-  // latest). NOT_FOUND for an unknown model / version / label; UNAVAILABLE while the
-  // model has no available version yet.
+  // latest). NOT_FOUND for an unknown model or version (or a label whose version is not
+  // available: labels resolve at request time, as TF Serving's
+  // --allow_version_labels_for_unavailable_models), INVALID_ARGUMENT for an unknown
+  // label (TF Serving's code), UNAVAILABLE while the model has no available version yet.
   std::shared_ptr<const Servable> find(const std::string& model, std::optional<int64_t> version,
                                        const std::string& label) const;
   std::vector<VersionStatus> status(const std::string& model) const;  // NOT_FOUND if unknown
   std::vector<std::string> model_names() const;
   // Every configured model has an available version.
   bool ready() const;
+  // Rows waiting in the batching queues of each model's available versions.
+  std::map<std::string, int64_t> queued_rows() const;
   // Versions loaded and unloaded so far (tests, metrics).
   int64_t loads() const { return loads_.load(); }
 
