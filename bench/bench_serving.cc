@@ -1,6 +1,9 @@
 // Helpers of bench/serve_compare.sh (the model server's benchmarks):
 //   bench_serving export-tiny DIR       a package with a 10-float input (x: f32[-1, 10] ->
 //                                       probs: f32[-1, 4]) as DIR/1
+//   bench_serving export-wide DIR       a wide MLP (x: f32[-1, 784] -> 2048 -> 2048 -> 10,
+//                                       ReLU, softmax; 23 MB of weights) as DIR/1: batch 1
+//                                       is memory-bound (matrix-vector), as on a GPU
 //   bench_serving grpc PORT MODEL SECONDS CONNECTIONS FEATURES
 //                                       closed-loop gRPC Predict load (one row of FEATURES
 //                                       floats per request, CONNECTIONS threads each with
@@ -32,6 +35,29 @@ static int export_tiny(const std::string& dir) {
   package::ExportSignature s;
   s.fn = [w](const std::vector<Tensor>& x) { return std::vector<Tensor>{ops::softmax(ops::matmul(x[0], w->value()), -1)}; };
   s.inputs = {{"x", {{-1, 10}, DType::kF32}}};
+  s.output_names = {"probs"};
+  package::ExportOptions o;
+  o.version = 1;
+  o.overwrite = true;
+  std::printf("%s\n", package::export_package(dir, {s}, o).c_str());
+  return 0;
+}
+
+static int export_wide(const std::string& dir) {
+  auto w1 = std::make_shared<Variable>(kiln::Tensor::zeros(Shape{784, 2048}), "w1");
+  auto w2 = std::make_shared<Variable>(kiln::Tensor::zeros(Shape{2048, 2048}), "w2");
+  auto w3 = std::make_shared<Variable>(kiln::Tensor::zeros(Shape{2048, 10}), "w3");
+  for (auto* w : {w1.get(), w2.get(), w3.get()}) {
+    float* p = w->value().data<float>();
+    for (int64_t i = 0; i < w->value().numel(); ++i) p[i] = static_cast<float>((i * 7919) % 1000) * 1e-5f - 5e-3f;
+  }
+  package::ExportSignature s;
+  s.fn = [w1, w2, w3](const std::vector<Tensor>& x) {
+    Tensor h = ops::relu(ops::matmul(x[0], w1->value()));
+    h = ops::relu(ops::matmul(h, w2->value()));
+    return std::vector<Tensor>{ops::softmax(ops::matmul(h, w3->value()), -1)};
+  };
+  s.inputs = {{"x", {{-1, 784}, DType::kF32}}};
   s.output_names = {"probs"};
   package::ExportOptions o;
   o.version = 1;
@@ -130,6 +156,7 @@ static int json_bench(int rows) {
 int main(int argc, char** argv) {
   std::string cmd = argc > 1 ? argv[1] : "";
   if (cmd == "export-tiny" && argc == 3) return export_tiny(argv[2]);
+  if (cmd == "export-wide" && argc == 3) return export_wide(argv[2]);
   if (cmd == "json") return json_bench(argc > 2 ? std::stoi(argv[2]) : 64);
   if (cmd == "grpc" && argc == 7)
     return grpc_load(std::stoi(argv[2]), argv[3], std::stod(argv[4]), std::stoi(argv[5]), std::stoi(argv[6]));

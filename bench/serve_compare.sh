@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The model server's figures (issue 7), all on loopback with the same wrk settings:
-#  1. batching: cnn predict (one image per request) at 64 connections, batching off vs
-#     on: requests/s and p99 latency, ratio on/off (target >= 5x);
+#  1. batching: predict with one image per request at 64 connections, batching off vs
+#     on: requests/s and p99 latency, ratio on/off (target >= 5x), for the cnn (compute-
+#     bound even at batch 1 on a CPU) and a wide MLP (784-2048-2048-10: batch 1 is a
+#     memory-bound matrix-vector product, as small batches are on a GPU);
 #  2. overhead: REST predict of a tiny model (10-float input) vs nginx serving a static
 #     200-byte JSON file (target >= 50%); gRPC predict of the same model (bench_serving grpc).
 # Medians of RUNS alternating runs. Usage: bench/serve_compare.sh [RUNS] [SECONDS]
@@ -36,14 +38,16 @@ run_wrk() {
 echo "== packages"
 "$bin/kiln" train --model cnn --epochs 1 --max-samples 2048 --export "$tmp/cnn" --verbose 0 >/dev/null
 "$bin/bench_serving" export-tiny "$tmp/tiny" >/dev/null
+"$bin/bench_serving" export-wide "$tmp/wide" >/dev/null
 python3 - "$tmp" <<'PY'
 import json, sys
 t = sys.argv[1]
 json.dump({"instances": [[[[0.5] for _ in range(28)] for _ in range(28)]]}, open(f"{t}/cnn.json", "w"))
 json.dump({"instances": [[0.1 * i for i in range(10)]]}, open(f"{t}/tiny.json", "w"))
+json.dump({"instances": [[0.5] * 784]}, open(f"{t}/wide.json", "w"))
 open(f"{t}/static.json", "w").write(json.dumps({"predictions": [[0.25, 0.25, 0.25, 0.25]], "pad": "x" * 140}))
 PY
-for b in cnn tiny; do
+for b in cnn wide tiny; do
   cat > "$tmp/$b.lua" <<LUA
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -61,26 +65,31 @@ start_server() {  # name base extra-flags... -> sets port
 }
 stop_server() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; }
 
-echo "== 1. batching: cnn predict, 1 image per request, $conns connections, ${secs}s x $runs"
-: > "$tmp/off"; : > "$tmp/on"
-for r in $(seq "$runs"); do
-  for mode in off on; do
-    flags=(); [ "$mode" = on ] && flags=(--enable_batching --batching_parameters_file "$tmp/batching.txt")
-    start_server cnn "$tmp/cnn" "${flags[@]}"
-    curl -sf -X POST "http://127.0.0.1:$port/v1/models/cnn:predict" -d @"$tmp/cnn.json" >/dev/null
-    res=$(run_wrk "http://127.0.0.1:$port/v1/models/cnn:predict" "$tmp/cnn.lua")
-    echo "  run $r batching $mode: rps p99_ms non2xx = $res"
-    echo "$res" >> "$tmp/$mode"
-    stop_server
+if [ "${KILN_BENCH_SKIP_BATCHING:-0}" != 1 ]; then
+for model in ${KILN_BENCH_MODELS:-cnn wide}; do
+  echo "== 1. batching: $model predict, 1 image per request, $conns connections, ${secs}s x $runs"
+  : > "$tmp/off"; : > "$tmp/on"
+  for r in $(seq "$runs"); do
+    for mode in off on; do
+      flags=(); [ "$mode" = on ] && flags=(--enable_batching --batching_parameters_file "$tmp/batching.txt")
+      start_server "$model" "$tmp/$model" "${flags[@]}"
+      curl -sf -X POST "http://127.0.0.1:$port/v1/models/$model:predict" -d @"$tmp/$model.json" >/dev/null
+      res=$(run_wrk "http://127.0.0.1:$port/v1/models/$model:predict" "$tmp/$model.lua")
+      echo "  run $r batching $mode: rps p99_ms non2xx = $res"
+      echo "$res" >> "$tmp/$mode"
+      stop_server
+    done
   done
+  off_rps=$(awk '{print $1}' "$tmp/off" | median); on_rps=$(awk '{print $1}' "$tmp/on" | median)
+  off_p99=$(awk '{print $2}' "$tmp/off" | median); on_p99=$(awk '{print $2}' "$tmp/on" | median)
+  echo "$model batching off: ${off_rps} req/s p99 ${off_p99} ms | on: ${on_rps} req/s p99 ${on_p99} ms | on/off $(awk -v a="$on_rps" -v b="$off_rps" 'BEGIN {printf "%.2f", a/b}')x"
 done
-off_rps=$(awk '{print $1}' "$tmp/off" | median); on_rps=$(awk '{print $1}' "$tmp/on" | median)
-off_p99=$(awk '{print $2}' "$tmp/off" | median); on_p99=$(awk '{print $2}' "$tmp/on" | median)
-echo "batching off: ${off_rps} req/s p99 ${off_p99} ms | on: ${on_rps} req/s p99 ${on_p99} ms | on/off $(awk -v a="$on_rps" -v b="$off_rps" 'BEGIN {printf "%.2f", a/b}')x"
+fi
 
 echo "== 2. overhead: tiny REST predict vs nginx static 200-byte JSON, $conns connections, ${secs}s x $runs"
 mkdir -p "$tmp/www" "$tmp/nginx"
 cp "$tmp/static.json" "$tmp/www/static.json"
+chmod 755 "$tmp" "$tmp/www"; chmod 644 "$tmp/www/static.json"  # nginx's workers run as www-data
 nport=$(free_port)
 cat > "$tmp/nginx.conf" <<NGX
 worker_processes 2;
@@ -98,8 +107,8 @@ NGX
 /usr/sbin/nginx -c "$tmp/nginx.conf" -p "$tmp/nginx" &
 pids+=($!)
 nginx_pid=$!
-sleep 0.5
-curl -sf "http://127.0.0.1:$nport/static.json" >/dev/null
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$nport/static.json" >/dev/null && break; sleep 0.1; done
+curl -sf "http://127.0.0.1:$nport/static.json" >/dev/null || { cat "$tmp/nginx/error.log" >&2; exit 1; }
 grpc_port=$(free_port)
 start_server tiny "$tmp/tiny"
 : > "$tmp/ng"; : > "$tmp/kr"; : > "$tmp/kg"
