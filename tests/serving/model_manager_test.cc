@@ -28,6 +28,13 @@ void expect_close(const Tensor& a, const Tensor& b) {
   for (size_t i = 0; i < va.size(); ++i) ASSERT_NEAR(va[i], vb[i], 1e-5) << i;
 }
 
+ModelConfig cfg(const std::string& name, const std::string& base) {
+  ModelConfig c;
+  c.name = name;
+  c.base_path = base;
+  return c;
+}
+
 ManagerOptions no_poll() {
   ManagerOptions o;
   o.poll_seconds = 0;
@@ -40,7 +47,7 @@ TEST(ModelManager, LatestVersionServesAndNewVersionsSwapIn) {
   export_test_model(dir.path(), 1, 1);
   export_test_model(dir.path(), 2, 2);
   ModelManager mgr(no_poll());
-  mgr.set_config({ModelConfig{"m", dir.path()}});
+  mgr.set_config({cfg("m", dir.path())});
   EXPECT_FALSE(mgr.ready());
   mgr.poll_now();
   EXPECT_TRUE(mgr.ready());
@@ -72,7 +79,7 @@ TEST(ModelManager, BrokenVersionIsReportedAndNeverServes) {
   TempDir dir("serving");
   export_test_model(dir.path(), 1, 1);
   ModelManager mgr(no_poll());
-  mgr.set_config({ModelConfig{"m", dir.path()}});
+  mgr.set_config({cfg("m", dir.path())});
   mgr.poll_now();
   // Version 2: a manifest that does not parse.
   fs::create_directories(dir.path() + "/2");
@@ -104,7 +111,7 @@ TEST(ModelManager, FailingWarmupKeepsTheVersionOut) {
     if (s.version() == 2) throw InvalidArgumentError("warm-up request 0 failed");
   };
   ModelManager mgr(o);
-  mgr.set_config({ModelConfig{"m", dir.path()}});
+  mgr.set_config({cfg("m", dir.path())});
   mgr.poll_now();
   EXPECT_EQ(mgr.find("m", std::nullopt, "")->version(), 1);
   EXPECT_EQ(mgr.status("m")[0].status.message, "warm-up request 0 failed");
@@ -114,7 +121,7 @@ TEST(ModelManager, PoliciesLabelsAndTrafficSplit) {
   TempDir dir("serving");
   for (int v = 1; v <= 3; ++v) export_test_model(dir.path(), v, v);
   ModelManager mgr(no_poll());
-  ModelConfig c{"m", dir.path()};
+  ModelConfig c = cfg("m", dir.path());
   c.policy.kind = VersionPolicy::Kind::kSpecific;
   c.policy.versions = {1, 2};
   c.labels = {{"stable", 1}, {"canary", 2}};
@@ -149,9 +156,9 @@ TEST(ModelManager, PoliciesLabelsAndTrafficSplit) {
 
 TEST(ModelManager, ConfigIsValidated) {
   ModelManager mgr(no_poll());
-  EXPECT_KILN_ERROR(mgr.set_config({ModelConfig{"", "/x"}}), kInvalidArgument, "has no name");
-  EXPECT_KILN_ERROR(mgr.set_config({ModelConfig{"a", "/x"}, ModelConfig{"a", "/y"}}), kInvalidArgument, "twice");
-  ModelConfig c{"a", "/x"};
+  EXPECT_KILN_ERROR(mgr.set_config({cfg("", "/x")}), kInvalidArgument, "has no name");
+  EXPECT_KILN_ERROR(mgr.set_config({cfg("a", "/x"), cfg("a", "/y")}), kInvalidArgument, "twice");
+  ModelConfig c = cfg("a", "/x");
   c.traffic_split = {{"beta", 1}};
   EXPECT_KILN_ERROR(mgr.set_config({c}), kInvalidArgument, "neither a version number nor one of its version_labels");
   try {
@@ -165,7 +172,7 @@ TEST(ModelManager, ConfigIsValidated) {
 TEST(ModelManager, ModelWithoutVersionsIsUnavailableNotCrashing) {
   TempDir dir("serving");
   ModelManager mgr(no_poll());
-  mgr.set_config({ModelConfig{"m", dir.path() + "/missing"}});
+  mgr.set_config({cfg("m", dir.path() + "/missing")});
   mgr.poll_now();
   EXPECT_FALSE(mgr.ready());
   try {
@@ -186,7 +193,7 @@ TEST(ModelManager, BatchedPredictFromManyThreadsMatchesTheModel) {
   b.num_batch_threads = 2;
   o.batching = b;
   ModelManager mgr(o);
-  mgr.set_config({ModelConfig{"m", dir.path()}});
+  mgr.set_config({cfg("m", dir.path())});
   mgr.poll_now();
   std::atomic<int> bad{0}, merged{0};
   std::vector<std::thread> ts;
@@ -230,7 +237,7 @@ TEST(ModelManager, MemoryReturnsAfterFiftyReloads) {
     package::export_package(dir.path(), {s}, eo);
   };
   ModelManager mgr(no_poll());
-  mgr.set_config({ModelConfig{"m", dir.path()}});
+  mgr.set_config({cfg("m", dir.path())});
   Tensor x = kiln::testing::rand_tensor({8, 1024}, DType::kF32, -1, 1, 1);
   long baseline = 0;
   for (int v = 1; v <= 50; ++v) {
@@ -241,6 +248,11 @@ TEST(ModelManager, MemoryReturnsAfterFiftyReloads) {
     if (v == 5) baseline = rss_kib();
   }
   EXPECT_EQ(mgr.loads(), 50);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // The sanitizers keep freed memory (quarantine, shadow): RSS says nothing there, and
+  // LeakSanitizer checks that every unloaded version was freed.
+  GTEST_SKIP() << "RSS check only without sanitizers (50 reloads ran)";
+#endif
   const long grown = rss_kib() - baseline;
   EXPECT_LT(grown, 40 * 1024) << "RSS grew by " << grown << " KiB over 45 reloads";
 }
