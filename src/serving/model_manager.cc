@@ -60,7 +60,9 @@ void Servable::predict(const std::string& signature, TensorMap inputs, Clock::ti
     // Checked here so that a bad request fails alone, not its whole batch.
     try {
       const auto& sig = model_->signature(signature);
-      for (auto& [name, t] : inputs) {
+      for (auto& kv : inputs) {
+        const std::string& name = kv.first;  // (clang 14 cannot capture structured bindings)
+        const Tensor& t = kv.second;
         auto it = std::find_if(sig.inputs.begin(), sig.inputs.end(), [&](auto& i) { return i.name == name; });
         if (it == sig.inputs.end()) {
           std::string have;

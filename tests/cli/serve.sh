@@ -12,6 +12,8 @@
 #            --shutdown_grace_seconds)
 #   config:  --model_config_file with two models; dropping one on SIGHUP; a broken file on
 #            SIGHUP keeps what was served
+#   oom:     KILN_CPU_MEMORY_LIMIT=8M: a 3000-row request exceeds it (429 with the
+#            allocator's figures), a 1-row request still answers 200
 # Every server listens on 127.0.0.1 only, on a port the kernel picks (--rest_api_port 0, parsed
 # from its server_started log line), with gRPC off; every wait is bounded; the EXIT trap kills
 # whatever this script started.
@@ -305,7 +307,24 @@ EOF
       "broken: logged=$logged a=$a_after_broken alive=$alive"
     ;;
 
+  oom)
+    # A memory cap the server's allocator enforces: a request too big for it answers 429
+    # with the allocator's stats, and the server keeps serving the requests that fit.
+    export_mlp "$work/m"
+    instances 1 > "$work/one.json"
+    python3 -c 'import json, sys; json.dump({"instances": [[0.5] * 784] * 3000}, sys.stdout)' > "$work/big.json"
+    KILN_CPU_MEMORY_LIMIT=8M start_server --model_name m --model_base_path "$work/m"
+    big=$(code POST "$base/v1/models/m:predict" "$work/big.json")
+    grep -q 'bytes_in_use\|in use\|limit' "$work/body" && stats=yes || stats=no
+    echo "oom body: $(head -c 300 "$work/body")"
+    small=$(code POST "$base/v1/models/m:predict" "$work/one.json")
+    again=$(code POST "$base/v1/models/m:predict" "$work/big.json")
+    after=$(code POST "$base/v1/models/m:predict" "$work/one.json")
+    metrics=$(curl -s --max-time 5 "$base/metrics" | grep -c '^kiln_allocator_bytes_in_use{device="cpu:0"}' || true)
+    echo "oom: big=$big stats=$stats small=$small again=$again after=$after allocator_metric=$metrics"
+    ;;
+
   *)
-    fail "unknown mode $MODE (load, reload, bad, sigterm, config)"
+    fail "unknown mode $MODE (load, reload, bad, sigterm, config, oom)"
     ;;
 esac 2>&1
