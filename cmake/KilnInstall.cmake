@@ -1,19 +1,20 @@
 # Install rules: `cmake --install build/default --prefix DIR` gives
-#   DIR/lib/libkiln_runtime.so*, libkiln.so*   (SONAME from PROJECT_VERSION)
+#   DIR/lib/libkiln_runtime.so*, libkiln.so*, libkiln_serving.so*   (SONAME from PROJECT_VERSION)
 #   DIR/bin/kiln                               (the CLI; RPATH $ORIGIN/../lib)
 #   DIR/include/kiln/...                       (public headers + generated core/version.h)
-#   DIR/lib/cmake/kiln/                        (find_package(kiln): kiln::kiln_runtime, kiln::kiln)
+#   DIR/bin/kiln_model_server                  (the server alone: runtime + serving)
+#   DIR/lib/cmake/kiln/                        (find_package(kiln): kiln::kiln_runtime, kiln::kiln, kiln::kiln_serving)
 #   DIR/lib/pkgconfig/kiln-runtime.pc, kiln.pc
 # Generated protobuf headers stay private: no public header includes them.
 # tests/cli/install_embed.sh builds examples/embed against such an installation.
 include(CMakePackageConfigHelpers)
 set(KILN_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/kiln)
 
-install(TARGETS kiln_runtime kiln EXPORT kilnTargets
+install(TARGETS kiln_runtime kiln kiln_serving EXPORT kilnTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS kiln_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS kiln_cli kiln_model_server RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/kiln DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
 install(FILES ${CMAKE_BINARY_DIR}/generated/kiln/core/version.h

@@ -51,11 +51,18 @@ echo "$rt" | grep -E 'SONAME|NEEDED.*kiln|R(UN)?PATH'
 echo "$rt" | grep -q 'SONAME.*\[libkiln_runtime\.so\.[0-9]' || fail "libkiln_runtime.so has no versioned SONAME"
 if echo "$rt" | grep -E 'NEEDED' | grep -q '\[libkiln\.so'; then fail "libkiln_runtime.so needs libkiln.so"; fi
 readelf -d "$libdir/libkiln.so" | grep -q 'NEEDED.*\[libkiln_runtime\.so' || fail "libkiln.so does not need libkiln_runtime.so"
-for f in "$libdir"/libkiln_runtime.so "$libdir"/libkiln.so "$prefix/bin/kiln"; do
+# The server library and binary carry no training code (NORTH_STAR: serving never links train/).
+if readelf -d "$libdir/libkiln_serving.so" | grep -E 'NEEDED' | grep -q '\[libkiln\.so'; then fail "libkiln_serving.so needs libkiln.so"; fi
+if readelf -d "$prefix/bin/kiln_model_server" | grep -E 'NEEDED' | grep -q '\[libkiln\.so'; then fail "kiln_model_server needs libkiln.so"; fi
+for f in "$libdir"/libkiln_runtime.so "$libdir"/libkiln.so "$libdir"/libkiln_serving.so "$prefix/bin/kiln" \
+         "$prefix/bin/kiln_model_server"; do
   if readelf -d "$f" | grep -E 'R(UN)?PATH' | grep -qF "$BUILD"; then fail "$f keeps a build-tree RPATH"; fi
 done
 env -u LD_LIBRARY_PATH "$prefix/bin/kiln" --version > "$work/version.log" 2>&1 || fail "installed kiln --version failed"
 cat "$work/version.log"
+env -u LD_LIBRARY_PATH "$prefix/bin/kiln_model_server" --version > "$work/server_version.log" 2>&1 ||
+  fail "installed kiln_model_server --version failed"
+echo "kiln_model_server $(cat "$work/server_version.log")"
 
 step "configure + build examples/embed against the installation"
 cmake -S "$SRC/examples/embed" -B "$work/embed" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
