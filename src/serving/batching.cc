@@ -131,29 +131,88 @@ void BatchQueue::submit(BatchTask task) {
       return refuse(Code::kInvalidArgument, "inputs disagree on the batch size: input '" + name + "' has " +
                                                 std::to_string(t.dim(0)) + " rows, another " + std::to_string(rows));
   }
-  if (rows > opts_.max_batch_size)
-    return refuse(Code::kInvalidArgument, "Task size " + std::to_string(rows) +
-                                              " is larger than maximum input batch size " +
-                                              std::to_string(opts_.max_batch_size));
   task.rows = rows;
   task.enqueued = Clock::now();
+  // A request larger than max_batch_size is split into pieces that batch like any
+  // other request; its outputs are put back together in order (TF Serving's
+  // enable_large_batch_splitting, always on here).
+  std::vector<BatchTask> pieces;
+  if (rows > opts_.max_batch_size) pieces = split(std::move(task));
+  else pieces.push_back(std::move(task));
   {
     std::unique_lock<std::mutex> lock(core_->mu);
     if (closed_) {
       lock.unlock();
-      return refuse(Code::kUnavailable, "model version is unloading; retry");
+      return fail_all(pieces, Code::kUnavailable, "model version is unloading; retry");
     }
     const int64_t batches = (rows_ + rows + opts_.max_batch_size - 1) / opts_.max_batch_size;
     if (batches > opts_.max_enqueued_batches) {
       lock.unlock();
-      return refuse(Code::kResourceExhausted, "The batch scheduling queue to which this task was submitted is full (" +
-                                                  std::to_string(opts_.max_enqueued_batches) + " batches of " +
-                                                  std::to_string(opts_.max_batch_size) + " rows)");
+      return fail_all(pieces, Code::kResourceExhausted,
+                      "The batch scheduling queue to which this task was submitted is full (" +
+                          std::to_string(opts_.max_enqueued_batches) + " batches of " +
+                          std::to_string(opts_.max_batch_size) + " rows)");
     }
     rows_ += rows;
-    tasks_.push_back(std::move(task));
+    for (auto& p : pieces) tasks_.push_back(std::move(p));
   }
   core_->cv.notify_one();
+}
+
+void BatchQueue::fail_all(std::vector<BatchTask>& tasks, Code code, const std::string& message) {
+  // Pieces of one split request share one answer: the first failure is it.
+  for (auto& t : tasks) t.done(Status{code, message}, {}, {});
+}
+
+std::vector<BatchTask> BatchQueue::split(BatchTask task) {
+  struct Join {
+    std::mutex mu;
+    std::vector<TensorMap> parts;
+    size_t left;
+    Status status;
+    BatchInfo info;
+    std::function<void(const Status&, TensorMap, const BatchInfo&)> done;
+  };
+  const int64_t max = opts_.max_batch_size;
+  const size_t n = static_cast<size_t>((task.rows + max - 1) / max);
+  auto join = std::make_shared<Join>();
+  join->parts.resize(n);
+  join->left = n;
+  join->done = std::move(task.done);
+  std::vector<BatchTask> pieces(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t begin = static_cast<int64_t>(i) * max, end = std::min(task.rows, begin + max);
+    BatchTask& p = pieces[i];
+    for (auto& [name, t] : task.inputs) p.inputs.emplace(name, slice_rows(t, begin, end));
+    p.rows = end - begin;
+    p.deadline = task.deadline;
+    p.enqueued = task.enqueued;
+    p.done = [join, i](const Status& st, TensorMap out, const BatchInfo& info) {
+      std::unique_lock<std::mutex> lock(join->mu);
+      if (!st.ok() && join->status.ok()) join->status = st;
+      join->parts[i] = std::move(out);
+      join->info.batch_size = std::max(join->info.batch_size, info.batch_size);
+      join->info.queue_seconds = std::max(join->info.queue_seconds, info.queue_seconds);
+      join->info.compute_seconds += info.compute_seconds;
+      if (--join->left > 0) return;
+      lock.unlock();
+      if (!join->status.ok()) return join->done(join->status, {}, join->info);
+      TensorMap whole;
+      Status status;
+      try {
+        for (auto& [name, first] : join->parts[0]) {
+          std::vector<const Tensor*> parts;
+          for (auto& part : join->parts) parts.push_back(&part.at(name));
+          whole.emplace(name, concat_rows(parts, 0));
+        }
+      } catch (...) {
+        status = status_of_current_exception();
+        whole.clear();
+      }
+      join->done(status, std::move(whole), join->info);
+    };
+  }
+  return pieces;
 }
 
 void BatchQueue::close() {

@@ -131,16 +131,32 @@ TEST(Batching, ExpiredRequestsAreAnsweredAndNotRun) {
   EXPECT_EQ(rows_run.load(), 1);
 }
 
-TEST(Batching, OversizedAndInconsistentRequestsAreRefused) {
-  BatchScheduler sched(1);
+TEST(Batching, LargeRequestsAreSplitAndAnsweredWhole) {
+  BatchScheduler sched(2);
   BatchingOptions o;
   o.max_batch_size = 4;
-  auto q = sched.add_queue("m/1/s", rowwise, o);
-  Answer a = submit(*q, {{"x", rows_of(5, 3, 0)}}).get();
-  EXPECT_EQ(a.status.code, Code::kInvalidArgument);
-  EXPECT_NE(a.status.message.find("Task size 5 is larger than maximum input batch size 4"), std::string::npos);
+  o.batch_timeout_micros = 500;
+  std::mutex mu;
+  std::vector<int64_t> batch_rows;
+  auto q = sched.add_queue("m/1/s", [&](const TensorMap& in) {
+    std::lock_guard<std::mutex> lock(mu);
+    batch_rows.push_back(in.at("x").dim(0));
+    return rowwise(in);
+  }, o);
+  Tensor x = rows_of(11, 3, 1);
+  Answer a = submit(*q, {{"x", x}}).get();
+  ASSERT_TRUE(a.status.ok()) << a.status.message;
+  EXPECT_EQ(a.out.at("y").to_vector<float>(), rowwise({{"x", x}}).at("y").to_vector<float>());
+  for (int64_t r : batch_rows) EXPECT_LE(r, 4);
+  // Inconsistent batch sizes are refused.
   Answer b = submit(*q, {{"x", rows_of(2, 3, 0)}, {"z", rows_of(3, 3, 0)}}).get();
   EXPECT_EQ(b.status.code, Code::kInvalidArgument);
+  // A split request needs room for all its pieces.
+  BatchingOptions small = o;
+  small.max_enqueued_batches = 2;
+  auto q2 = sched.add_queue("m/1/t", rowwise, small);
+  Answer c = submit(*q2, {{"x", rows_of(12, 3, 0)}}).get();
+  EXPECT_EQ(c.status.code, Code::kResourceExhausted);
 }
 
 TEST(Batching, PadsToAllowedBatchSizes) {

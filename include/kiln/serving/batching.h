@@ -3,8 +3,9 @@
 // as one batch, as TensorFlow Serving's shared batch scheduler does.
 //
 // The options are TensorFlow Serving's BatchingParameters (--batching_parameters_file):
-//   max_batch_size        rows in one batch (a request with more rows is refused:
-//                         INVALID_ARGUMENT, as TF Serving does without batch splitting)
+//   max_batch_size        rows in one batch (a request with more rows is split into
+//                         pieces that batch separately and is answered whole, as TF
+//                         Serving's enable_large_batch_splitting; always on here)
 //   batch_timeout_micros  how long the oldest request waits for a batch to fill
 //   max_enqueued_batches  queue capacity in batches; beyond it submit() answers
 //                         RESOURCE_EXHAUSTED at once (HTTP 429)
@@ -77,9 +78,9 @@ struct SchedulerCore;  // the scheduler's lock, wake-up and queue list, shared w
 class BatchQueue {
  public:
   ~BatchQueue();
-  // Refused at once (done called before returning) with RESOURCE_EXHAUSTED when full,
-  // INVALID_ARGUMENT when the request has more rows than max_batch_size or
-  // inconsistent batch sizes, UNAVAILABLE when closed.
+  // Refused at once (done called before returning) with RESOURCE_EXHAUSTED when full
+  // (a split request needs room for all its pieces), INVALID_ARGUMENT for inconsistent
+  // batch sizes, UNAVAILABLE when closed.
   void submit(BatchTask task);
   void close();
   int64_t queued_rows() const;
@@ -92,6 +93,8 @@ class BatchQueue {
   // Under the scheduler's lock: whether a batch can be taken now, or when it can.
   bool ready(Clock::time_point now, Clock::time_point* wake) const;
   std::vector<BatchTask> take_batch();  // under the scheduler's lock
+  std::vector<BatchTask> split(BatchTask task);  // a request over max_batch_size -> pieces
+  static void fail_all(std::vector<BatchTask>& tasks, Code code, const std::string& message);
   void run_batch(std::vector<BatchTask> tasks);
   std::shared_ptr<detail::SchedulerCore> core_;
   std::string name_;
