@@ -186,6 +186,7 @@ std::vector<BatchTask> BatchQueue::split(BatchTask task) {
     for (auto& [name, t] : task.inputs) p.inputs.emplace(name, slice_rows(t, begin, end));
     p.rows = end - begin;
     p.deadline = task.deadline;
+    p.cancelled = task.cancelled;
     p.enqueued = task.enqueued;
     p.done = [join, i](const Status& st, TensorMap out, const BatchInfo& info) {
       std::unique_lock<std::mutex> lock(join->mu);
@@ -273,7 +274,11 @@ void BatchQueue::run_batch(std::vector<BatchTask> tasks) {
   std::vector<BatchTask> live;
   live.reserve(tasks.size());
   for (auto& t : tasks) {
-    if (t.deadline <= start) {
+    if (t.cancelled && t.cancelled->load()) {
+      BatchInfo info;
+      info.queue_seconds = std::chrono::duration<double>(start - t.enqueued).count();
+      t.done(Status{Code::kCancelled, "the client closed the connection; the request was not run"}, {}, info);
+    } else if (t.deadline <= start) {
       BatchInfo info;
       info.queue_seconds = std::chrono::duration<double>(start - t.enqueued).count();
       t.done(Status{Code::kDeadlineExceeded, "deadline exceeded after " +

@@ -8,6 +8,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/version.hpp>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -127,6 +130,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (t != req.end()) hr.timeout_header = std::string(t->value());
     srv_->in_flight->fetch_add(1);
     auto answered = std::make_shared<std::atomic<bool>>(false);
+    hr.cancelled = std::make_shared<std::atomic<bool>>(false);
+    watch_for_close(answered, hr.cancelled);
     Responder respond = [self = shared_from_this(), answered](HttpResponse r) {
       if (answered->exchange(true)) return;
       net::post(self->stream_.get_executor(), [self, r = std::move(r)]() mutable { self->write(std::move(r), true); });
@@ -137,6 +142,19 @@ class Session : public std::enable_shared_from_this<Session> {
       auto st = status_of_current_exception();
       respond(error_response(http_status(st.code), st.message));
     }
+  }
+
+  // While a request waits for its answer, a readable socket with nothing to read means
+  // the client closed it: flag the request (queued work is then dropped, 499). Pipelined
+  // bytes leave the flag alone; a stale wait is ignored once the answer went out.
+  void watch_for_close(std::shared_ptr<std::atomic<bool>> answered, std::shared_ptr<std::atomic<bool>> cancelled) {
+    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), answered,
+                                                         cancelled](beast::error_code ec) {
+      if (ec || answered->load()) return;
+      char c;
+      ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) cancelled->store(true);
+    });
   }
 
   void respond_and_close(HttpResponse r) {

@@ -19,6 +19,8 @@ struct HttpRequest {
   std::string target;   // path + query, as sent
   std::string body;
   std::string timeout_header;  // X-Request-Timeout-Ms, when sent
+  // Set when the client closes the connection before the answer is written.
+  std::shared_ptr<std::atomic<bool>> cancelled;
 };
 
 struct HttpResponse {

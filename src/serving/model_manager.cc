@@ -54,7 +54,8 @@ int64_t Servable::queued_rows() const {
 }
 
 void Servable::predict(const std::string& signature, TensorMap inputs, Clock::time_point deadline,
-                       std::function<void(const Status&, TensorMap, const BatchInfo&)> done) const {
+                       std::function<void(const Status&, TensorMap, const BatchInfo&)> done,
+                       std::shared_ptr<const std::atomic<bool>> cancelled) const {
   auto q = queues_.find(signature);
   if (q != queues_.end()) {
     // Checked here so that a bad request fails alone, not its whole batch.
@@ -84,6 +85,7 @@ void Servable::predict(const std::string& signature, TensorMap inputs, Clock::ti
     BatchTask task;
     task.inputs = std::move(inputs);
     task.deadline = deadline;
+    task.cancelled = std::move(cancelled);
     task.done = std::move(done);
     q->second->submit(std::move(task));
     return;

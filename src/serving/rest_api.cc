@@ -157,7 +157,7 @@ class RestApi {
       return respond({404, "application/json",
                       json::encode_error("Malformed request: POST " + std::string(path) +
                                          (r.verb.empty() ? " (expected :predict, :classify or :regress)" : ""))});
-    infer(r, std::move(req.body), deadline, start, std::move(respond));
+    infer(r, std::move(req.body), deadline, start, std::move(respond), std::move(req.cancelled));
   }
 
  private:
@@ -203,7 +203,7 @@ class RestApi {
   }
 
   void infer(const Route& r, std::string body, Clock::time_point deadline, Clock::time_point start,
-             Responder respond) {
+             Responder respond, std::shared_ptr<std::atomic<bool>> cancelled) {
     std::shared_ptr<const Servable> servable;
     std::string model_label;
     auto fail = [&](const Status& st) {
@@ -226,7 +226,8 @@ class RestApi {
                             finish(*servable, verb, st, info, start, respond, [&] {
                               return json::encode_predict(*sig, out, rows);
                             });
-                          });
+                          },
+                          cancelled);
         return;
       }
       auto ex = json::decode_examples(body);
@@ -244,7 +245,8 @@ class RestApi {
                             return classify ? json::encode_classify(Service::to_classes(*sig, out))
                                             : json::encode_regress(Service::to_regressions(*sig, out));
                           });
-                        });
+                        },
+                        cancelled);
     } catch (...) {
       fail(status_of_current_exception());
     }

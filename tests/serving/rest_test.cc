@@ -232,3 +232,32 @@ TEST_F(Rest, DeadlinesAnswer504WithoutRunning) {
 
 }  // namespace
 }  // namespace kiln::serving
+
+namespace kiln::serving {
+namespace {
+
+TEST_F(Rest, ClientsThatLeaveAreCancelledAndNotRun) {
+  TempDir bp("rest");
+  std::string file = bp.file("batching.txt");
+  kiln::testing::write_bytes(file, "max_batch_size { value: 64 }\nbatch_timeout_micros { value: 300000 }\n");
+  ServerOptions o;
+  o.enable_batching = true;
+  o.batching_parameters_file = file;
+  start(o);
+  {
+    net::io_context ioc;
+    tcp::socket sock(ioc);
+    sock.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port_)));
+    net::write(sock, net::buffer(request_text(kTwoRows)));
+  }  // closed while the request waits for its batch
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  auto m = get("/metrics");
+  EXPECT_NE(m.body.find(R"(kiln_requests_total{model="mlp",version="1",api="rest",method="predict",code="CANCELLED"} 1)"),
+            std::string::npos)
+      << m.body.substr(0, 2000);
+  EXPECT_EQ(m.body.find("kiln_compute_seconds_count{model=\"mlp\"}"), std::string::npos) << "the model ran";
+  EXPECT_EQ(post("/v1/models/mlp:predict", kTwoRows).status, 200);
+}
+
+}  // namespace
+}  // namespace kiln::serving

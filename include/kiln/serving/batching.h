@@ -15,8 +15,9 @@
 //   pad_variable_length_inputs  requests whose non-batch dimensions differ are zero-padded
 //                         to the largest; without it they run in separate batches
 // A request whose deadline has passed when its batch forms is answered
-// DEADLINE_EXCEEDED and not run. Outputs are split back by rows: every output of a
+// DEADLINE_EXCEEDED and not run; one whose client went away, CANCELLED (HTTP 499). Outputs are split back by rows: every output of a
 // batched signature must have the batch as its first dimension.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -58,6 +59,9 @@ struct BatchInfo {
 struct BatchTask {
   TensorMap inputs;  // every input has the request's rows as dimension 0
   Clock::time_point deadline = Clock::time_point::max();
+  // Set (by the front end) when the client went away: the request is answered
+  // CANCELLED and not run, like an expired one.
+  std::shared_ptr<const std::atomic<bool>> cancelled;
   // Called exactly once, on a batch thread (or inside submit() when refused).
   std::function<void(const Status&, TensorMap outputs, const BatchInfo&)> done;
   // Filled by the scheduler:

@@ -76,7 +76,8 @@ class Servable {
   // every output has the batch as dimension 0), else at once on the calling thread.
   // `done` is called exactly once (possibly before predict() returns).
   void predict(const std::string& signature, TensorMap inputs, Clock::time_point deadline,
-               std::function<void(const Status&, TensorMap, const BatchInfo&)> done) const;
+               std::function<void(const Status&, TensorMap, const BatchInfo&)> done,
+               std::shared_ptr<const std::atomic<bool>> cancelled = nullptr) const;
   // Blocking form; throws ServingError / kiln::Error.
   TensorMap predict_sync(const std::string& signature, TensorMap inputs,
                          Clock::time_point deadline = Clock::time_point::max(), BatchInfo* info = nullptr) const;
