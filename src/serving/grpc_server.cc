@@ -4,7 +4,10 @@
 #include <grpcpp/resource_quota.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
+#include <condition_variable>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -124,13 +127,42 @@ Examples examples_of(bool has_input, const tfs::Input& in) {
   return ex;
 }
 
+// Servable::predict_sync that watches the call: a client that cancels (or goes away)
+// while its request is queued has the request dropped, not run (CANCELLED).
+TensorMap predict_watching(const Servable& s, const std::string& signature, TensorMap inputs,
+                           Clock::time_point deadline, grpc::ServerContext& ctx, BatchInfo* info) {
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  Status status;
+  TensorMap result;
+  s.predict(
+      signature, std::move(inputs), deadline,
+      [&](const Status& st, TensorMap out, const BatchInfo& i) {
+        std::lock_guard<std::mutex> lock(mu);
+        status = st;
+        result = std::move(out);
+        *info = i;
+        finished = true;
+        cv.notify_one();
+      },
+      cancelled);
+  std::unique_lock<std::mutex> lock(mu);
+  while (!cv.wait_for(lock, std::chrono::milliseconds(10), [&] { return finished; }))
+    if (ctx.IsCancelled()) cancelled->store(true);
+  if (!status.ok()) throw ServingError(status.code, status.message);
+  return result;
+}
+
 // Runs a classify / regress signature on the request's examples.
 TensorMap run_examples(const Servable& s, const package::Signature& sig, const Examples& ex,
-                       Clock::time_point deadline, CallInfo& info) {
+                       grpc::ServerContext& ctx, CallInfo& info) {
   TensorMap inputs = Front::examples_to_inputs(sig, ex.examples, ex.context);
+  const Clock::time_point deadline = deadline_of(ctx);
   check_deadline(deadline);
   info.ran = true;
-  return s.predict_sync(sig.name, std::move(inputs), deadline, &info.batch);
+  return predict_watching(s, sig.name, std::move(inputs), deadline, ctx, &info.batch);
 }
 
 void fill_tensor_info(const package::TensorInfo& ti, tensorflow::TensorInfo* out) {
@@ -176,7 +208,7 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
       const Clock::time_point deadline = deadline_of(*ctx);
       check_deadline(deadline);
       info.ran = true;
-      TensorMap outputs = servable->predict_sync(sig.name, std::move(inputs), deadline, &info.batch);
+      TensorMap outputs = predict_watching(*servable, sig.name, std::move(inputs), deadline, *ctx, &info.batch);
 
       auto& out = *resp->mutable_outputs();
       for (const auto& o : sig.outputs) {
@@ -226,7 +258,7 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
       info.version = servable->version();
       const package::Signature& sig = Front::signature(*servable, spec.signature, package::kClassifyMethod);
       const Examples ex = examples_of(req->has_input(), req->input());
-      const TensorMap outputs = run_examples(*servable, sig, ex, deadline_of(*ctx), info);
+      const TensorMap outputs = run_examples(*servable, sig, ex, *ctx, info);
       const std::vector<ClassList> classes = Front::to_classes(sig, outputs);
       auto* result = resp->mutable_result();
       for (const ClassList& per_example : classes) {
@@ -250,7 +282,7 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
       info.version = servable->version();
       const package::Signature& sig = Front::signature(*servable, spec.signature, package::kRegressMethod);
       const Examples ex = examples_of(req->has_input(), req->input());
-      const TensorMap outputs = run_examples(*servable, sig, ex, deadline_of(*ctx), info);
+      const TensorMap outputs = run_examples(*servable, sig, ex, *ctx, info);
       auto* result = resp->mutable_result();
       for (float v : Front::to_regressions(sig, outputs)) result->add_regressions()->set_value(v);
       fill_spec(*servable, sig.name, resp->mutable_model_spec());

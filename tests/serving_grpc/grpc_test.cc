@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include "serving/grpc_server.h"
@@ -116,4 +117,54 @@ TEST(Grpc, TensorFlowServingServicesEndToEnd) {
   EXPECT_NE(metrics.render().find("api=\"grpc\",method=\"predict\",code=\"OK\""), std::string::npos) << metrics.render();
   srv.shutdown(std::chrono::milliseconds(100));
   }
+}  // namespace
+
+namespace {
+// A call cancelled while its request waits for a batch: the request is dropped, not run.
+TEST(Grpc, CancelledCallsAreDroppedFromTheQueue) {
+  kiln::testing::TempDir dir("grpc");
+  kiln::serving::testing::export_test_model(dir.path(), 1, 1);
+  Metrics metrics;
+  ManagerOptions mo;
+  mo.poll_seconds = 0;
+  mo.metrics = &metrics;
+  BatchingOptions b;
+  b.batch_timeout_micros = 400000;
+  mo.batching = b;
+  ModelManager mgr(mo);
+  ModelConfig mc;
+  mc.name = "m";
+  mc.base_path = dir.path();
+  mgr.set_config({mc});
+  mgr.poll_now();
+  Service svc(mgr, metrics);
+  GrpcOptions go;
+  go.port = 0;
+  GrpcServer srv(svc, go, nullptr);
+  srv.start();
+  auto ps = tfs::PredictionService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(srv.port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  tfs::PredictRequest rq;
+  tfs::PredictResponse rs;
+  rq.mutable_model_spec()->set_name("m");
+  tensor_to_proto(Tensor::from_vector<float>({1, 2, 3, 4}, Shape{1, 4}), &(*rq.mutable_inputs())["x"]);
+  std::thread cancel([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ctx.TryCancel();
+  });
+  auto st = ps->Predict(&ctx, rq, &rs);
+  cancel.join();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::CANCELLED);
+  // The server notices within its 10 ms poll and drops the request when the batch forms.
+  std::string text;
+  for (int i = 0; i < 100; ++i) {
+    text = metrics.render();
+    if (text.find("code=\"CANCELLED\"") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(text.find(R"(api="grpc",method="predict",code="CANCELLED"} 1)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("kiln_compute_seconds_count{model=\"m\"}"), std::string::npos) << "the model ran";
+  srv.shutdown(std::chrono::milliseconds(100));
+}
 }  // namespace
