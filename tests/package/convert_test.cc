@@ -15,15 +15,13 @@ namespace {
 namespace fs = std::filesystem;
 using testing::rand_tensor;
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("kiln-convert-test-" + std::to_string(::getpid()));
-  TempDir() {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string str() const { return path.string(); }
-};
+using kiln::testing::TempDir;
+
+ConvertOptions with_precision(const std::string& p) {
+  ConvertOptions o;
+  o.precision = p;
+  return o;
+}
 
 // A small CNN + MLP head with weights big enough to be lowered (>= 1024 elements).
 struct Net {
@@ -58,27 +56,27 @@ Tensor run(const std::string& dir, const Tensor& x) {
 }
 
 TEST(ConvertTest, Fp32StoresTheOptimisedGraphWithTheSameAnswers) {
-  TempDir tmp;
+  TempDir tmp("convert");
   Net n;
-  const std::string src = export_net(n, tmp.str() + "/m");
-  convert_package(src, tmp.str() + "/m/2", {.precision = "fp32"});
-  auto m = SavedModel::load(tmp.str() + "/m/2");
+  const std::string src = export_net(n, tmp.path() + "/m");
+  convert_package(src, tmp.path() + "/m/2", with_precision("fp32"));
+  auto m = SavedModel::load(tmp.path() + "/m/2");
   EXPECT_EQ(m->metadata().precision, "fp32");
   EXPECT_EQ(m->metadata().converted_from, src);
   EXPECT_EQ(m->metadata().model_name, "net");
   EXPECT_EQ(read_file(m->dir() + "/assets/m-labels.txt"), "a\nb\n");
   Tensor x = rand_tensor({3, 8, 8, 1}, DType::kF32, 0, 1, 9);
-  EXPECT_CLOSE(run(tmp.str() + "/m/2", x), n({x})[0], 1e-5, 1e-6);
+  EXPECT_CLOSE(run(tmp.path() + "/m/2", x), n({x})[0], 1e-5, 1e-6);
 }
 
 TEST(ConvertTest, SixteenBitWeightsHalveTheFileAndRoundOnce) {
-  TempDir tmp;
+  TempDir tmp("convert");
   Net n;
-  const std::string src = export_net(n, tmp.str() + "/m");
+  const std::string src = export_net(n, tmp.path() + "/m");
   Tensor x = rand_tensor({4, 8, 8, 1}, DType::kF32, 0, 1, 9);
   for (const char* p : {"bf16", "fp16"}) {
-    const std::string out = tmp.str() + "/" + p;
-    ConvertReport r = convert_package(src, out, {.precision = p});
+    const std::string out = tmp.path() + "/" + p;
+    ConvertReport r = convert_package(src, out, with_precision(p));
     EXPECT_EQ(r.weights_lowered, 1);  // dense/kernel: 8192 elements; the others are < 1024
     TensorFile w = load_tensor_file(out + "/variables.safetensors");
     const Tensor* k = w.find("dense/kernel");
@@ -95,18 +93,18 @@ TEST(ConvertTest, SixteenBitWeightsHalveTheFileAndRoundOnce) {
 
 TEST(ConvertTest, Int8QuantizesMatmulsAndConvsWithinQuantizationError) {
   if (!OpRegistry::global().find("qlinear_matmul")) GTEST_FAIL() << "no int8 kernels in this build";
-  TempDir tmp;
+  TempDir tmp("convert");
   Net n;
-  const std::string src = export_net(n, tmp.str() + "/m");
-  ConvertOptions o{.precision = "int8"};
+  const std::string src = export_net(n, tmp.path() + "/m");
+  ConvertOptions o = with_precision("int8");
   for (uint64_t b = 0; b < 4; ++b) o.calibration.push_back({{"image", rand_tensor({16, 8, 8, 1}, DType::kF32, 0, 1, 20 + b)}});
-  ConvertReport r = convert_package(src, tmp.str() + "/q", o);
+  ConvertReport r = convert_package(src, tmp.path() + "/q", o);
   EXPECT_EQ(r.nodes_quantized, 3);  // conv, dense, out
   EXPECT_EQ(r.calibration_batches, 4);
-  auto m = SavedModel::load(tmp.str() + "/q");
+  auto m = SavedModel::load(tmp.path() + "/q");
   EXPECT_EQ(m->graph("serving_default").count_ops("qlinear_conv2d"), 1);
   EXPECT_EQ(m->graph("serving_default").count_ops("qlinear_matmul"), 2);
-  TensorFile w = load_tensor_file(tmp.str() + "/q/variables.safetensors");
+  TensorFile w = load_tensor_file(tmp.path() + "/q/variables.safetensors");
   ASSERT_NE(w.find("dense/kernel/int8"), nullptr);
   EXPECT_EQ(w.find("dense/kernel/int8")->dtype(), DType::kI8);
   Tensor x = rand_tensor({32, 8, 8, 1}, DType::kF32, 0, 1, 99);
@@ -119,22 +117,22 @@ TEST(ConvertTest, Int8QuantizesMatmulsAndConvsWithinQuantizationError) {
 }
 
 TEST(ConvertTest, BadRequests) {
-  TempDir tmp;
+  TempDir tmp("convert");
   Net n;
-  const std::string src = export_net(n, tmp.str() + "/m");
-  EXPECT_KILN_ERROR(convert_package(src, tmp.str() + "/x", {.precision = "int4"}), kInvalidArgument,
+  const std::string src = export_net(n, tmp.path() + "/m");
+  EXPECT_KILN_ERROR(convert_package(src, tmp.path() + "/x", with_precision("int4")), kInvalidArgument,
                     "unknown precision 'int4'");
-  EXPECT_KILN_ERROR(convert_package(src, src, {.precision = "fp32"}), kFailedPrecondition, "exists already");
+  EXPECT_KILN_ERROR(convert_package(src, src, with_precision("fp32")), kFailedPrecondition, "exists already");
   if (OpRegistry::global().find("qlinear_matmul")) {
-    EXPECT_KILN_ERROR(convert_package(src, tmp.str() + "/y", {.precision = "int8"}), kInvalidArgument,
+    EXPECT_KILN_ERROR(convert_package(src, tmp.path() + "/y", with_precision("int8")), kInvalidArgument,
                       "needs calibration batches");
-    ConvertOptions o{.precision = "int8"};
+    ConvertOptions o = with_precision("int8");
     o.calibration.push_back({{"image", rand_tensor({2, 9, 9, 1}, DType::kF32)}});
-    EXPECT_KILN_ERROR(convert_package(src, tmp.str() + "/y", o), kInvalidArgument,
+    EXPECT_KILN_ERROR(convert_package(src, tmp.path() + "/y", o), kInvalidArgument,
                       "calibration input 'image' of signature 'serving_default' must be f32[-1, 8, 8, 1]");
   }
-  EXPECT_KILN_ERROR(convert_package(tmp.str() + "/none", tmp.str() + "/z", {}), kNotFound, "no such directory");
-  EXPECT_FALSE(fs::exists(tmp.str() + "/x") || fs::exists(tmp.str() + "/y") || fs::exists(tmp.str() + "/z"));
+  EXPECT_KILN_ERROR(convert_package(tmp.path() + "/none", tmp.path() + "/z", {}), kNotFound, "no such directory");
+  EXPECT_FALSE(fs::exists(tmp.path() + "/x") || fs::exists(tmp.path() + "/y") || fs::exists(tmp.path() + "/z"));
 }
 
 }  // namespace

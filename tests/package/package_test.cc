@@ -17,21 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::rand_tensor;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("kiln-package-test-" + std::to_string(::getpid()) + "-" +
-                                        std::to_string(counter()++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  static int& counter() {
-    static int c = 0;
-    return c;
-  }
-  std::string str() const { return path.string(); }
-};
+using kiln::testing::TempDir;
 
 struct Mlp {
   Variable w1{rand_tensor({4, 8}, DType::kF32, -1, 1, 1), "w1"};
@@ -88,10 +74,10 @@ void write_proto(const std::string& dir, const ModelPackageProto& p) {
 }
 
 TEST(PackageTest, ExportLoadRunMatchesEagerAtAnyBatchSize) {
-  TempDir tmp;
+  TempDir tmp("package");
   Mlp m;
-  const std::string dir = export_mlp(m, tmp.str() + "/mlp");
-  EXPECT_EQ(dir, tmp.str() + "/mlp/1");
+  const std::string dir = export_mlp(m, tmp.path() + "/mlp");
+  EXPECT_EQ(dir, tmp.path() + "/mlp/1");
   auto model = SavedModel::load(dir);
   ASSERT_EQ(model->signatures().size(), 2u);
   const Signature& s = model->signature("serving_default");
@@ -119,9 +105,9 @@ TEST(PackageTest, ExportLoadRunMatchesEagerAtAnyBatchSize) {
 }
 
 TEST(PackageTest, FrozenWeightsKeepTheirExportValues) {
-  TempDir tmp;
+  TempDir tmp("package");
   Mlp m;
-  auto model = SavedModel::load(export_mlp(m, tmp.str()));
+  auto model = SavedModel::load(export_mlp(m, tmp.path()));
   Tensor x = rand_tensor({3, 4}, DType::kF32, -1, 1, 5);
   Tensor before = m({x})[0];
   m.w2.assign(ops::mul(m.w2.value(), Tensor::scalar(2.0f)));  // training goes on
@@ -137,13 +123,13 @@ bool mapped(const std::string& path) {
 }
 
 TEST(PackageTest, OutputsThatAreWeightsAreCopies) {
-  TempDir tmp;
+  TempDir tmp("package");
   Variable w(Tensor::from_vector<float>({1, 2, 3}, {3}), "w");
   ExportSignature s;
   s.fn = [&](const std::vector<Tensor>& x) { return std::vector<Tensor>{ops::reshape(w.value(), {1, 3}), x[0]}; };
   s.inputs = {{"x", {{-1}, DType::kF32}}};
   s.output_names = {"w", "x"};
-  auto model = SavedModel::load(export_package(tmp.str(), {s}));
+  auto model = SavedModel::load(export_package(tmp.path(), {s}));
   Tensor x = Tensor::from_vector<float>({5}, {1});
   auto out = model->run("serving_default", {{"x", x}});
   out.at("w").data<float>()[0] = 42;  // the weights live in a read-only mapping: this must be a copy
@@ -151,9 +137,9 @@ TEST(PackageTest, OutputsThatAreWeightsAreCopies) {
 }
 
 TEST(PackageTest, WeightsAreMemoryMappedForTheModelsLifetime) {
-  TempDir tmp;
+  TempDir tmp("package");
   Mlp m;
-  const std::string dir = export_mlp(m, tmp.str());
+  const std::string dir = export_mlp(m, tmp.path());
   const std::string weights = fs::canonical(dir + "/" + kWeightsFile).string();
   {
     auto model = SavedModel::load(dir);
@@ -163,31 +149,31 @@ TEST(PackageTest, WeightsAreMemoryMappedForTheModelsLifetime) {
 }
 
 TEST(PackageTest, VersionsCountUpAndExistingOnesAreKept) {
-  TempDir tmp;
+  TempDir tmp("package");
   Mlp m;
-  EXPECT_EQ(export_mlp(m, tmp.str()), tmp.str() + "/1");
-  EXPECT_EQ(export_mlp(m, tmp.str()), tmp.str() + "/2");
+  EXPECT_EQ(export_mlp(m, tmp.path()), tmp.path() + "/1");
+  EXPECT_EQ(export_mlp(m, tmp.path()), tmp.path() + "/2");
   ExportOptions o;
   o.version = 2;
-  EXPECT_KILN_ERROR(export_mlp(m, tmp.str(), o), kFailedPrecondition, "exists already");
+  EXPECT_KILN_ERROR(export_mlp(m, tmp.path(), o), kFailedPrecondition, "exists already");
   o.overwrite = true;
-  EXPECT_EQ(export_mlp(m, tmp.str(), o), tmp.str() + "/2");
+  EXPECT_EQ(export_mlp(m, tmp.path(), o), tmp.path() + "/2");
   o.version = 10;
-  EXPECT_EQ(export_mlp(m, tmp.str(), o), tmp.str() + "/10");
-  fs::create_directories(tmp.path / "7.tmp-1-0");  // an interrupted export: not a version
-  fs::create_directories(tmp.path / "007");
-  EXPECT_EQ(list_versions(tmp.str()), (std::vector<int64_t>{1, 2, 10}));
-  EXPECT_EQ(resolve_version_dir(tmp.str()), tmp.str() + "/10");
-  for (const auto& e : fs::directory_iterator(tmp.path))
+  EXPECT_EQ(export_mlp(m, tmp.path(), o), tmp.path() + "/10");
+  fs::create_directories(fs::path(tmp.path()) / "7.tmp-1-0");  // an interrupted export: not a version
+  fs::create_directories(fs::path(tmp.path()) / "007");
+  EXPECT_EQ(list_versions(tmp.path()), (std::vector<int64_t>{1, 2, 10}));
+  EXPECT_EQ(resolve_version_dir(tmp.path()), tmp.path() + "/10");
+  for (const auto& e : fs::directory_iterator(tmp.path()))
     EXPECT_EQ(e.path().filename().string().find(".tmp-") == std::string::npos ||
                   e.path().filename() == "7.tmp-1-0",
               true);
 }
 
 TEST(PackageTest, MetadataAndAssetsRoundTrip) {
-  TempDir tmp;
+  TempDir tmp("package");
   Mlp m;
-  const std::string labels = tmp.str() + "/labels.txt";
+  const std::string labels = tmp.path() + "/labels.txt";
   write_file_atomic(labels, "a\nb\nc\n");
   ExportOptions o;
   o.metadata.model_name = "tiny";
@@ -197,7 +183,7 @@ TEST(PackageTest, MetadataAndAssetsRoundTrip) {
   o.metadata.tags["team"] = "kiln";
   o.assets = {labels};
   o.assets_extra = {labels};
-  auto model = SavedModel::load(export_mlp(m, tmp.str() + "/b", o));
+  auto model = SavedModel::load(export_mlp(m, tmp.path() + "/b", o));
   const Metadata& md = model->metadata();
   EXPECT_EQ(md.model_name, "tiny");
   EXPECT_EQ(md.training_data, "random");
@@ -213,13 +199,13 @@ TEST(PackageTest, MetadataAndAssetsRoundTrip) {
   for (const auto& f : model->manifest().files) listed.push_back(f.path);
   EXPECT_EQ(listed, (std::vector<std::string>{"assets.extra/labels.txt", "assets/labels.txt", kGraphFile, kWeightsFile}));
   EXPECT_EQ(model->manifest().files[0].sha256, sha256_hex("a\nb\nc\n", 6));
-  EXPECT_KILN_ERROR(export_mlp(m, tmp.str() + "/c", [] {
+  EXPECT_KILN_ERROR(export_mlp(m, tmp.path() + "/c", [] {
                       ExportOptions x;
                       x.assets = {"/nonexistent/vocab.txt"};
                       return x;
                     }()),
                     kNotFound, "/nonexistent/vocab.txt");
-  EXPECT_TRUE(list_versions(tmp.str() + "/c").empty());  // nothing half-written
+  EXPECT_TRUE(list_versions(tmp.path() + "/c").empty());  // nothing half-written
 }
 
 TEST(PackageTest, Sha256MatchesKnownVectors) {
@@ -228,29 +214,29 @@ TEST(PackageTest, Sha256MatchesKnownVectors) {
 }
 
 TEST(PackageTest, BadSignaturesAreRefusedAtExport) {
-  TempDir tmp;
+  TempDir tmp("package");
   Mlp m;
-  EXPECT_KILN_ERROR(export_package(tmp.str(), {}), kInvalidArgument, "no signatures");
-  EXPECT_KILN_ERROR(export_package(tmp.str(), {m.signature(), m.signature()}), kInvalidArgument, "given twice");
+  EXPECT_KILN_ERROR(export_package(tmp.path(), {}), kInvalidArgument, "no signatures");
+  EXPECT_KILN_ERROR(export_package(tmp.path(), {m.signature(), m.signature()}), kInvalidArgument, "given twice");
   ExportSignature s = m.signature();
   s.output_names = {"a", "b"};
-  EXPECT_KILN_ERROR(export_package(tmp.str(), {s}), kInvalidArgument, "names 2 outputs, the function returns 1");
+  EXPECT_KILN_ERROR(export_package(tmp.path(), {s}), kInvalidArgument, "names 2 outputs, the function returns 1");
   s = m.signature();
   s.method = kClassifyMethod;
-  EXPECT_KILN_ERROR(export_package(tmp.str(), {s}), kInvalidArgument, "may only output 'scores' and 'classes'");
+  EXPECT_KILN_ERROR(export_package(tmp.path(), {s}), kInvalidArgument, "may only output 'scores' and 'classes'");
   s.method = kRegressMethod;
-  EXPECT_KILN_ERROR(export_package(tmp.str(), {s}), kInvalidArgument, "one output named 'outputs'");
+  EXPECT_KILN_ERROR(export_package(tmp.path(), {s}), kInvalidArgument, "one output named 'outputs'");
   s.method = "tensorflow/serving/explain";
-  EXPECT_KILN_ERROR(export_package(tmp.str(), {s}), kInvalidArgument, "unknown method");
+  EXPECT_KILN_ERROR(export_package(tmp.path(), {s}), kInvalidArgument, "unknown method");
   s = m.signature();
   s.inputs[0].name = "";
-  EXPECT_KILN_ERROR(export_package(tmp.str(), {s}), kInvalidArgument, "empty name");
+  EXPECT_KILN_ERROR(export_package(tmp.path(), {s}), kInvalidArgument, "empty name");
   // A trace that fixes the open batch size (a constant of the traced batch's shape).
   s = m.signature();
   s.fn = [&m](const std::vector<Tensor>& x) {
     return m({ops::add(x[0], rand_tensor({x[0].dim(0), 4}, DType::kF32))});
   };
-  EXPECT_KILN_ERROR(export_package(tmp.str(), {s}), kInvalidArgument, "fixes a size its input signature leaves open");
+  EXPECT_KILN_ERROR(export_package(tmp.path(), {s}), kInvalidArgument, "fixes a size its input signature leaves open");
   // Side effects and random numbers cannot be exported.
   Variable counter(Tensor::scalar(0.0f), "counter");
   s = m.signature();
@@ -258,17 +244,17 @@ TEST(PackageTest, BadSignaturesAreRefusedAtExport) {
     counter.assign(ops::add(counter.value(), Tensor::scalar(1.0f)));
     return m(x);
   };
-  EXPECT_KILN_ERROR(export_package(tmp.str(), {s}), kInvalidArgument, "assigns variables");
+  EXPECT_KILN_ERROR(export_package(tmp.path(), {s}), kInvalidArgument, "assigns variables");
   s = m.signature();
   s.fn = [&](const std::vector<Tensor>& x) { return m({ops::add(x[0], ops::random_uniform(x[0].shape()))}); };
-  EXPECT_KILN_ERROR(export_package(tmp.str(), {s}), kUnimplemented, "random op");
-  EXPECT_TRUE(list_versions(tmp.str()).empty());
+  EXPECT_KILN_ERROR(export_package(tmp.path(), {s}), kUnimplemented, "random op");
+  EXPECT_TRUE(list_versions(tmp.path()).empty());
 }
 
 TEST(PackageTest, RunChecksInputs) {
-  TempDir tmp;
+  TempDir tmp("package");
   Mlp m;
-  auto model = SavedModel::load(export_mlp(m, tmp.str()));
+  auto model = SavedModel::load(export_mlp(m, tmp.path()));
   Tensor x = rand_tensor({2, 4}, DType::kF32);
   EXPECT_KILN_ERROR(model->run("nope", {{"x", x}}), kNotFound, "no signature 'nope' (it has: serving_default, classify)");
   EXPECT_KILN_ERROR(model->run("serving_default", std::map<std::string, Tensor>{}), kInvalidArgument,
@@ -284,12 +270,12 @@ TEST(PackageTest, RunChecksInputs) {
 }
 
 TEST(PackageTest, MissingAndCorruptFilesAreNamed) {
-  TempDir tmp;
+  TempDir tmp("package");
   Mlp m;
-  EXPECT_KILN_ERROR(SavedModel::load(tmp.str() + "/none"), kNotFound, "no such directory");
-  EXPECT_KILN_ERROR(SavedModel::load(tmp.str()), kNotFound, "manifest.json is missing");
-  EXPECT_KILN_ERROR(resolve_version_dir(tmp.str()), kNotFound, "no numeric version directories");
-  const std::string dir = export_mlp(m, tmp.str() + "/m");
+  EXPECT_KILN_ERROR(SavedModel::load(tmp.path() + "/none"), kNotFound, "no such directory");
+  EXPECT_KILN_ERROR(SavedModel::load(tmp.path()), kNotFound, "manifest.json is missing");
+  EXPECT_KILN_ERROR(resolve_version_dir(tmp.path()), kNotFound, "no numeric version directories");
+  const std::string dir = export_mlp(m, tmp.path() + "/m");
   const std::string weights = dir + "/" + kWeightsFile;
   const std::string good = read_file(weights);
   // Truncated weights.
@@ -316,9 +302,9 @@ TEST(PackageTest, MissingAndCorruptFilesAreNamed) {
 }
 
 TEST(PackageTest, ManifestProblems) {
-  TempDir tmp;
+  TempDir tmp("package");
   Mlp m;
-  const std::string dir = export_mlp(m, tmp.str());
+  const std::string dir = export_mlp(m, tmp.path());
   const std::string mpath = dir + "/" + kManifestFile;
   const std::string good = read_file(mpath);
   Manifest mf = internal::parse_manifest(good, mpath);
@@ -369,9 +355,9 @@ TEST(PackageTest, ManifestProblems) {
 }
 
 TEST(PackageTest, GraphProblems) {
-  TempDir tmp;
+  TempDir tmp("package");
   Mlp m;
-  const std::string dir = export_mlp(m, tmp.str());
+  const std::string dir = export_mlp(m, tmp.path());
   const ModelPackageProto good = read_proto(dir);
   auto op_node = [](ModelPackageProto& p) -> NodeProto& {
     for (NodeProto& n : *p.mutable_functions(0)->mutable_graph()->mutable_nodes())
@@ -416,9 +402,9 @@ TEST(PackageTest, GraphProblems) {
 }
 
 TEST(PackageTest, ConcurrentRunsOnOneModelAgreeWithSerialRuns) {
-  TempDir tmp;
+  TempDir tmp("package");
   Mlp m;
-  auto model = SavedModel::load(export_mlp(m, tmp.str()));
+  auto model = SavedModel::load(export_mlp(m, tmp.path()));
   std::vector<Tensor> xs, want;
   for (int i = 0; i < 8; ++i) {
     xs.push_back(rand_tensor({1 + i % 3, 4}, DType::kF32, -1, 1, static_cast<uint64_t>(100 + i)));
@@ -439,9 +425,9 @@ TEST(PackageTest, ConcurrentRunsOnOneModelAgreeWithSerialRuns) {
 }
 
 TEST(PackageTest, ManyBatchSizesStayBounded) {
-  TempDir tmp;
+  TempDir tmp("package");
   Mlp m;
-  auto model = SavedModel::load(export_mlp(m, tmp.str()));
+  auto model = SavedModel::load(export_mlp(m, tmp.path()));
   for (int64_t b = 1; b <= 80; ++b) {  // more shapes than the executor keeps plans for
     Tensor x = rand_tensor({b, 4}, DType::kF32, -1, 1, static_cast<uint64_t>(b));
     EXPECT_CLOSE(model->run("serving_default", std::vector<Tensor>{x})[0], m({x})[0], 1e-5, 1e-6);

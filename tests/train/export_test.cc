@@ -14,18 +14,10 @@ namespace fs = std::filesystem;
 using kiln::testing::rand_tensor;
 namespace L = layers;
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("kiln-export-test-" + std::to_string(::getpid()));
-  TempDir() {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string str() const { return path.string(); }
-};
+using kiln::testing::TempDir;
 
 TEST(ExportTest, SequentialAfterFitMatchesPredictAndRecordsLineage) {
-  TempDir tmp;
+  TempDir tmp("export");
   auto model = std::make_shared<Sequential>(std::vector<LayerPtr>{L::Dense(16, "relu"), L::Dense(3)});
   model->compile({optimizers::Adam({0.01}), {losses::SparseCategoricalCrossentropy(true)}, {"accuracy"}});
   Tensor x = rand_tensor({64, 5}, DType::kF32, -1, 1, 1);
@@ -40,7 +32,7 @@ TEST(ExportTest, SequentialAfterFitMatchesPredictAndRecordsLineage) {
   o.classify_signature = true;
   o.softmax_outputs = true;
   o.metadata.training_data = "random";
-  auto pkg = package::SavedModel::load(export_model(*model, tmp.str(), o));
+  auto pkg = package::SavedModel::load(export_model(*model, tmp.path(), o));
   const auto& sig = pkg->signature("serving_default");
   ASSERT_EQ(sig.inputs.size(), 1u);
   EXPECT_EQ(sig.inputs[0].name, "dense_input");  // Keras' names
@@ -67,7 +59,7 @@ TEST(ExportTest, SequentialAfterFitMatchesPredictAndRecordsLineage) {
 }
 
 TEST(ExportTest, FunctionalMultiInputOutputWithNormalizationAndDropout) {
-  TempDir tmp;
+  TempDir tmp("export");
   SymbolicTensor img = Input({8, 8, 1}, DType::kF32, "image");
   SymbolicTensor meta = Input({3}, DType::kF32, "meta");
   SymbolicTensor h = L::Conv2D(4, {3, 3}, {.padding = "same"})(img);
@@ -79,7 +71,7 @@ TEST(ExportTest, FunctionalMultiInputOutputWithNormalizationAndDropout) {
   SymbolicTensor cls = L::Dense(4, "linear", "cls")(joined);
   SymbolicTensor reg = L::Dense(1, "linear", "reg")(L::LayerNormalization()(joined));
   auto model = Model::functional({img, meta}, {cls, reg});
-  auto pkg = package::SavedModel::load(export_model(*model, tmp.str()));
+  auto pkg = package::SavedModel::load(export_model(*model, tmp.path()));
   const auto& sig = pkg->signature("serving_default");
   ASSERT_EQ(sig.inputs.size(), 2u);
   EXPECT_EQ(sig.inputs[0].name, "image");
@@ -98,30 +90,30 @@ TEST(ExportTest, FunctionalMultiInputOutputWithNormalizationAndDropout) {
 }
 
 TEST(ExportTest, MixedPrecisionModelExportsFloat32Outputs) {
-  TempDir tmp;
+  TempDir tmp("export");
   set_global_policy("mixed_bfloat16");
   auto model = std::make_shared<Sequential>(std::vector<LayerPtr>{L::Dense(8, "relu"), L::Dense(2)}, Shape{4});
   set_global_policy("float32");
-  auto pkg = package::SavedModel::load(export_model(*model, tmp.str()));
+  auto pkg = package::SavedModel::load(export_model(*model, tmp.path()));
   EXPECT_EQ(pkg->signature("serving_default").outputs[0].spec.dtype, DType::kF32);
   Tensor x = rand_tensor({3, 4}, DType::kF32, -1, 1, 4);
   EXPECT_CLOSE(pkg->run("serving_default", std::vector<Tensor>{x})[0], model->predict(x), 1e-6, 1e-6);
 }
 
 TEST(ExportTest, IntegerInputsAndErrors) {
-  TempDir tmp;
+  TempDir tmp("export");
   auto unbuilt = std::make_shared<Sequential>(std::vector<LayerPtr>{L::Dense(2)});
-  EXPECT_KILN_ERROR(export_model(*unbuilt, tmp.str()), kFailedPrecondition, "is not built");
+  EXPECT_KILN_ERROR(export_model(*unbuilt, tmp.path()), kFailedPrecondition, "is not built");
   // A Sequential that starts with an Embedding takes integer ids: say so.
   auto emb = std::make_shared<Sequential>(std::vector<LayerPtr>{L::Embedding(10, 4), L::Flatten(), L::Dense(2)});
   Tensor ids = Tensor::from_vector<int32_t>({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor want = emb->predict(ids);
   ModelExportOptions o;
   o.input_specs = std::vector<TensorSpec>{{{-1, 3}, DType::kI32}};
-  auto pkg = package::SavedModel::load(export_model(*emb, tmp.str(), o));
+  auto pkg = package::SavedModel::load(export_model(*emb, tmp.path(), o));
   EXPECT_CLOSE(pkg->run("serving_default", std::vector<Tensor>{ids})[0], want, 1e-6, 1e-6);
   o.input_specs = std::vector<TensorSpec>{{{-1, 3}, DType::kI32}, {{-1, 3}, DType::kI32}};
-  EXPECT_KILN_ERROR(export_model(*emb, tmp.str(), o), kInvalidArgument, "input_specs has 2 specs, the model has 1");
+  EXPECT_KILN_ERROR(export_model(*emb, tmp.path(), o), kInvalidArgument, "input_specs has 2 specs, the model has 1");
 }
 
 }  // namespace
