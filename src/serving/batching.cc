@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "kiln/core/error.h"
 
@@ -117,7 +118,11 @@ Tensor slice_rows(const Tensor& t, int64_t begin, int64_t end) {
 
 // ---- queue ----
 
-BatchQueue::~BatchQueue() { close(); }
+// No lock here: the last owner may be a batch thread that holds the scheduler's lock,
+// and no other thread can reach a queue whose last strong reference is going.
+BatchQueue::~BatchQueue() {
+  for (auto& t : tasks_) t.done(Status{Code::kUnavailable, "model version unloaded before the request ran"}, {}, {});
+}
 
 void BatchQueue::submit(BatchTask task) {
   auto refuse = [&](Code c, const std::string& m) { task.done(Status{c, m}, {}, {}); };
@@ -131,6 +136,17 @@ void BatchQueue::submit(BatchTask task) {
       return refuse(Code::kInvalidArgument, "inputs disagree on the batch size: input '" + name + "' has " +
                                                 std::to_string(t.dim(0)) + " rows, another " + std::to_string(rows));
   }
+  // Room in rows (overflow-safe): a request that could never fit is refused before it
+  // is split.
+  const int64_t capacity = opts_.max_batch_size > std::numeric_limits<int64_t>::max() / opts_.max_enqueued_batches
+                               ? std::numeric_limits<int64_t>::max()
+                               : opts_.max_batch_size * opts_.max_enqueued_batches;
+  auto full = [&] {
+    return "The batch scheduling queue to which this task was submitted is full (" +
+           std::to_string(opts_.max_enqueued_batches) + " batches of " + std::to_string(opts_.max_batch_size) +
+           " rows)";
+  };
+  if (rows > capacity) return refuse(Code::kResourceExhausted, full());
   task.rows = rows;
   task.enqueued = Clock::now();
   // A request larger than max_batch_size is split into pieces that batch like any
@@ -145,13 +161,9 @@ void BatchQueue::submit(BatchTask task) {
       lock.unlock();
       return fail_all(pieces, Code::kUnavailable, "model version is unloading; retry");
     }
-    const int64_t batches = (rows_ + rows + opts_.max_batch_size - 1) / opts_.max_batch_size;
-    if (batches > opts_.max_enqueued_batches) {
+    if (rows > capacity - rows_) {
       lock.unlock();
-      return fail_all(pieces, Code::kResourceExhausted,
-                      "The batch scheduling queue to which this task was submitted is full (" +
-                          std::to_string(opts_.max_enqueued_batches) + " batches of " +
-                          std::to_string(opts_.max_batch_size) + " rows)");
+      return fail_all(pieces, Code::kResourceExhausted, full());
     }
     rows_ += rows;
     for (auto& p : pieces) tasks_.push_back(std::move(p));

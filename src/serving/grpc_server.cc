@@ -311,8 +311,8 @@ class GrpcServer::ModelImpl final : public tfs::ModelService::Service {
           if (it != m.labels.end()) only = it->second;
         }
         if (!only)
-          throw ServingError(Code::kNotFound,
-                             "model '" + spec.name + "' has no version labelled '" + spec.label + "'");
+          throw ServingError(Code::kInvalidArgument, "Unrecognized servable version label: '" + spec.label +
+                                                         "' of model '" + spec.name + "'");
       }
       if (only) {
         std::erase_if(versions, [&](const VersionStatus& v) { return v.version != *only; });

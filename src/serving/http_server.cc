@@ -231,7 +231,7 @@ void HttpServer::start() {
   auto addr = net::ip::make_address(im.opts.host, ec);
   if (ec) throw ServingError(Code::kInvalidArgument, "bad listen address '" + im.opts.host + "': " + ec.message());
   tcp::endpoint ep(addr, static_cast<unsigned short>(im.opts.port));
-  im.acceptor.emplace(im.ioc);
+  im.acceptor.emplace(net::make_strand(im.ioc));  // accept handlers and close() never overlap
   im.acceptor->open(ep.protocol(), ec);
   if (!ec) im.acceptor->set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) im.acceptor->bind(ep, ec);
@@ -253,7 +253,7 @@ void HttpServer::stop(std::chrono::milliseconds grace) {
     im.stopped = true;
   }
   if (im.acceptor) {
-    net::post(im.ioc, [&im] {
+    net::post(im.acceptor->get_executor(), [&im] {
       beast::error_code ec;
       im.acceptor->close(ec);
     });

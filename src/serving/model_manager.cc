@@ -1,6 +1,7 @@
 #include "kiln/serving/model_manager.h"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <set>
 
@@ -201,29 +202,36 @@ void ModelManager::set_config(std::vector<ModelConfig> models) {
     for (auto& [target, w] : m.traffic_split) {
       if (!(w > 0)) throw InvalidArgumentError("model config: model '" + m.name + "': traffic_split weight of '" +
                                                target + "' must be positive");
-      bool is_version = !target.empty() && std::all_of(target.begin(), target.end(), ::isdigit);
+      int64_t v = 0;
+      auto r = std::from_chars(target.data(), target.data() + target.size(), v);
+      const bool is_version = !target.empty() && r.ec == std::errc() && r.ptr == target.data() + target.size() && v >= 0;
       if (!is_version && !m.labels.count(target))
         throw InvalidArgumentError("model config: model '" + m.name + "': traffic_split target '" + target +
                                    "' is neither a version number nor one of its version_labels");
     }
   }
   std::lock_guard<std::mutex> poll(poll_mu_);
-  std::lock_guard<std::mutex> lock(mu_);
+  // Models dropped here are freed after the lock is released (unmapping gigabytes of
+  // weights must not stall every lookup).
   std::map<std::string, std::shared_ptr<Model>> next;
-  for (auto& c : models) {
-    auto it = models_.find(c.name);
-    std::shared_ptr<Model> m;
-    if (it != models_.end() && it->second->config.base_path == c.base_path) {
-      m = it->second;  // keep what is loaded; the next poll applies the new policy
-    } else {
-      m = std::make_shared<Model>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& c : models) {
+      auto it = models_.find(c.name);
+      std::shared_ptr<Model> m;
+      if (it != models_.end() && it->second->config.base_path == c.base_path) {
+        m = it->second;  // keep what is loaded; the next poll applies the new policy
+      } else {
+        m = std::make_shared<Model>();
+      }
+      m->config = std::move(c);
+      next[m->config.name] = m;
     }
-    m->config = std::move(c);
-    next[m->config.name] = m;
+    for (auto& [name, m] : models_)
+      if (!next.count(name)) log_event(LogLevel::kInfo, "model_removed", {{"model", name}});
+    models_.swap(next);
   }
-  for (auto& [name, m] : models_)
-    if (!next.count(name)) log_event(LogLevel::kInfo, "model_removed", {{"model", name}});
-  models_ = std::move(next);
+  next.clear();  // the previous map: outside the lock
 }
 
 std::vector<ModelConfig> ModelManager::config() const {
@@ -426,7 +434,7 @@ std::shared_ptr<const Servable> ModelManager::find(const std::string& model, std
       int64_t v;
       auto l = m.config.labels.find(target);
       if (l != m.config.labels.end()) v = l->second;
-      else v = std::stoll(target);
+      else std::from_chars(target.data(), target.data() + target.size(), v);  // validated by set_config
       auto a = m.available.find(v);
       if (a == m.available.end()) continue;
       targets.emplace_back(a->second, w);

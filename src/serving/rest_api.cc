@@ -129,9 +129,11 @@ class RestApi {
       if (req.method != "GET") return respond(json_error(Code::kUnimplemented, "metrics: use GET"));
       return respond({200, "text/plain; version=0.0.4; charset=utf-8", svc_.metrics().render()});
     }
+    // As TF Serving: unknown paths are 404; a /v1/ request that does not parse is a
+    // malformed request, 400.
     auto route = parse_route(path);
     if (!route)
-      return respond({404, "application/json",
+      return respond({path.substr(0, 4) == "/v1/" ? 400 : 404, "application/json",
                       json::encode_error("Malformed request: " + req.method + " " + std::string(path))});
     Route& r = *route;
 
@@ -143,7 +145,8 @@ class RestApi {
       if (!ms || *ms <= 0)
         return respond(json_error(Code::kInvalidArgument, "the request timeout must be a positive number of "
                                                           "milliseconds, got '" + std::string(tms) + "'"));
-      deadline = start + std::chrono::milliseconds(*ms);
+      // Beyond a day is no deadline (and keeps the nanosecond arithmetic from overflowing).
+      if (*ms <= 86'400'000) deadline = start + std::chrono::milliseconds(*ms);
     }
 
     if (req.method == "GET") {
@@ -152,11 +155,11 @@ class RestApi {
       return r.metadata ? metadata(r, respond) : status(r, respond);
     }
     if (req.method != "POST")
-      return respond(json_error(Code::kUnimplemented, "method " + req.method + " is not supported"));
+      return respond(json_error(Code::kInvalidArgument, "Malformed request: " + req.method + " " + std::string(path)));
     if (r.verb != "predict" && r.verb != "classify" && r.verb != "regress")
-      return respond({404, "application/json",
-                      json::encode_error("Malformed request: POST " + std::string(path) +
-                                         (r.verb.empty() ? " (expected :predict, :classify or :regress)" : ""))});
+      return respond(json_error(Code::kInvalidArgument,
+                                "Malformed request: POST " + std::string(path) +
+                                    (r.verb.empty() ? " (expected :predict, :classify or :regress)" : "")));
     infer(r, std::move(req.body), deadline, start, std::move(respond), std::move(req.cancelled));
   }
 

@@ -157,6 +157,9 @@ TEST(Batching, LargeRequestsAreSplitAndAnsweredWhole) {
   auto q2 = sched.add_queue("m/1/t", rowwise, small);
   Answer c = submit(*q2, {{"x", rows_of(12, 3, 0)}}).get();
   EXPECT_EQ(c.status.code, Code::kResourceExhausted);
+  // A request that can never fit is refused before it is split (10^12 empty rows).
+  Answer d = submit(*q, {{"x", Tensor::empty(Shape{1'000'000'000'000, 0}, DType::kF32)}}).get();
+  EXPECT_EQ(d.status.code, Code::kResourceExhausted);
 }
 
 TEST(Batching, PadsToAllowedBatchSizes) {

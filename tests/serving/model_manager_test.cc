@@ -161,6 +161,8 @@ TEST(ModelManager, ConfigIsValidated) {
   ModelConfig c = cfg("a", "/x");
   c.traffic_split = {{"beta", 1}};
   EXPECT_KILN_ERROR(mgr.set_config({c}), kInvalidArgument, "neither a version number nor one of its version_labels");
+  c.traffic_split = {{"99999999999999999999", 1}};  // does not fit an int64
+  EXPECT_KILN_ERROR(mgr.set_config({c}), kInvalidArgument, "neither a version number nor one of its version_labels");
   try {
     mgr.find("zzz", std::nullopt, "");
     ADD_FAILURE();

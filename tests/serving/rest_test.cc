@@ -107,7 +107,7 @@ TEST_F(Rest, BadRequestsGetTheirCodesAndTheServerKeepsServing) {
       {"/v1/models/mlp/labels/beta:predict", kTwoRows, 400, "Unrecognized servable version label: 'beta'"},
       {"/v1/models/mlp:predict", R"({"signature_name": "zzz", "instances": [[1, 2, 3, 4]]})", 400,
        "zzz\\\" not found (model 'mlp'"},
-      {"/v1/models/mlp:explode", kTwoRows, 404, "Malformed request"},
+      {"/v1/models/mlp:explode", kTwoRows, 400, "Malformed request"},
       {"/v2/whatever", "", 404, "Malformed request"},
       {"/v1/models/mlp:predict", std::string(5000, ' '), 413, "exceeds the limit"},
   };
