@@ -91,22 +91,28 @@ void Servable::predict(const std::string& signature, TensorMap inputs, Clock::ti
     q->second->submit(std::move(task));
     return;
   }
-  BatchInfo info;
-  const auto start = Clock::now();
-  if (start >= deadline) {
-    done(Status{Code::kDeadlineExceeded, "deadline exceeded before the request ran"}, {}, info);
-    return;
-  }
-  TensorMap out;
-  Status st;
-  try {
-    out = model_->run(signature, inputs);
-    info.batch_size = inputs.empty() || inputs.begin()->second.rank() == 0 ? 1 : inputs.begin()->second.dim(0);
-  } catch (...) {
-    st = status_of_current_exception();
-  }
-  info.compute_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  done(st, std::move(out), info);
+  // Unbatched: run on the runner's threads (the server's work pool), else right here.
+  auto job = [model = model_, signature, inputs = std::move(inputs), deadline, done = std::move(done),
+              cancelled = std::move(cancelled), queued = Clock::now()]() mutable {
+    BatchInfo info;
+    const auto start = Clock::now();
+    info.queue_seconds = std::chrono::duration<double>(start - queued).count();
+    if (cancelled && cancelled->load())
+      return done(Status{Code::kCancelled, "the client closed the connection; the request was not run"}, {}, info);
+    if (start >= deadline) return done(Status{Code::kDeadlineExceeded, "deadline exceeded before the request ran"}, {}, info);
+    TensorMap out;
+    Status st;
+    try {
+      out = model->run(signature, inputs);
+      info.batch_size = inputs.empty() || inputs.begin()->second.rank() == 0 ? 1 : inputs.begin()->second.dim(0);
+    } catch (...) {
+      st = status_of_current_exception();
+    }
+    info.compute_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    done(st, std::move(out), info);
+  };
+  if (runner_) runner_(std::move(job));
+  else job();
 }
 
 TensorMap Servable::predict_sync(const std::string& signature, TensorMap inputs, Clock::time_point deadline,
@@ -299,6 +305,7 @@ void ModelManager::poll_model(Model& m) {
         auto saved = package::SavedModel::load(dir, opts_.load);
         auto servable = std::make_shared<Servable>(cfg.name, v, std::move(saved));
         if (scheduler_) servable->enable_batching(*scheduler_, *opts_.batching);
+        servable->set_unbatched_runner(opts_.unbatched_runner);
         if (opts_.warmup) opts_.warmup(*servable);
         const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
         {

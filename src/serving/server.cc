@@ -19,12 +19,16 @@
 #include "rest_api.h"
 #include "service.h"
 #include "warmup.h"
+#include "work_pool.h"
 
 namespace kiln::serving {
 
 struct Server::Impl {
   ServerOptions opts;
   Metrics metrics;
+  // Unbatched model calls run here, not on the REST I/O threads; destroyed after the
+  // manager (members go in reverse order).
+  std::unique_ptr<WorkPool> pool;
   std::unique_ptr<ModelManager> manager;
   std::unique_ptr<Service> service;
   std::unique_ptr<HttpServer> http;
@@ -109,6 +113,8 @@ void Server::start() {
   set_log_enabled(!im.opts.quiet);
   if (!im.opts.monitoring_config_file.empty()) im.monitoring = read_monitoring_config(im.opts.monitoring_config_file);
   ManagerOptions mo;
+  im.pool = std::make_unique<WorkPool>(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  mo.unbatched_runner = [pool = im.pool.get()](std::function<void()> job) { pool->submit(std::move(job)); };
   mo.poll_seconds = im.opts.file_system_poll_wait_seconds;
   mo.metrics = &im.metrics;
   if (im.opts.enable_batching)

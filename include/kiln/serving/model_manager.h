@@ -73,7 +73,8 @@ class Servable {
   const package::SavedModel& model() const { return *model_; }
 
   // Runs a signature, batched with other requests when batching is on for it (its
-  // every output has the batch as dimension 0), else at once on the calling thread.
+  // every output has the batch as dimension 0), else on the unbatched runner (or the
+  // calling thread without one).
   // `done` is called exactly once (possibly before predict() returns).
   void predict(const std::string& signature, TensorMap inputs, Clock::time_point deadline,
                std::function<void(const Status&, TensorMap, const BatchInfo&)> done,
@@ -82,6 +83,8 @@ class Servable {
   TensorMap predict_sync(const std::string& signature, TensorMap inputs,
                          Clock::time_point deadline = Clock::time_point::max(), BatchInfo* info = nullptr) const;
   void enable_batching(BatchScheduler& sched, const BatchingOptions& opts);
+  // Where unbatched calls run (a thread pool); unset: on the calling thread.
+  void set_unbatched_runner(std::function<void(std::function<void()>)> runner) { runner_ = std::move(runner); }
   // Rows waiting in this version's batching queues.
   int64_t queued_rows() const;
 
@@ -90,12 +93,15 @@ class Servable {
   int64_t version_;
   std::shared_ptr<const package::SavedModel> model_;
   std::map<std::string, std::shared_ptr<BatchQueue>> queues_;  // by signature
+  std::function<void(std::function<void()>)> runner_;
 };
 
 struct ManagerOptions {
   double poll_seconds = 1.0;  // <= 0: no polling thread (poll_now() only)
   package::LoadOptions load;
   std::optional<BatchingOptions> batching;  // unset: no batching
+  // Runs unbatched calls (Servable::set_unbatched_runner); unset: the caller's thread.
+  std::function<void(std::function<void()>)> unbatched_runner;
   // Runs on each newly loaded version before it takes traffic (the server replays
   // assets.extra/tf_serving_warmup_requests); throwing marks the version failed.
   std::function<void(const Servable&)> warmup;
