@@ -61,6 +61,7 @@ struct World {
     c.labels = {{"stable", 1}};
     manager->set_config({c});
     manager->poll_now();
+    std::filesystem::remove_all(dir);  // the loaded version keeps its mapped weights; no polling after this
     service = std::make_unique<Service>(*manager, metrics);
     handler = make_rest_handler(*service, RestOptions{});
   }
