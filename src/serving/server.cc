@@ -26,8 +26,8 @@ namespace kiln::serving {
 struct Server::Impl {
   ServerOptions opts;
   Metrics metrics;
-  // Unbatched model calls run here, not on the REST I/O threads; destroyed after the
-  // manager (members go in reverse order).
+  // Unbatched model calls run here, not on the REST I/O threads; stop() joins it after
+  // the manager and before the HTTP server goes.
   std::unique_ptr<WorkPool> pool;
   std::unique_ptr<ModelManager> manager;
   std::unique_ptr<Service> service;
@@ -189,6 +189,9 @@ void Server::stop() {
   if (im.grpc) im.grpc->shutdown(grace);
   if (im.http) im.http->stop(grace);
   im.manager.reset();  // unloads; batches still queued fail UNAVAILABLE
+  // Jobs hold their connections (through the responder): they must finish and let go
+  // while the HTTP server's io_context still exists.
+  im.pool.reset();
   im.http.reset();
   im.grpc.reset();
   log_event(LogLevel::kInfo, "server_stopped");
