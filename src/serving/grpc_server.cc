@@ -4,10 +4,7 @@
 #include <grpcpp/resource_quota.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
-#include <condition_variable>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -127,34 +124,6 @@ Examples examples_of(bool has_input, const tfs::Input& in) {
   return ex;
 }
 
-// Servable::predict_sync that watches the call: a client that cancels (or goes away)
-// while its request is queued has the request dropped, not run (CANCELLED).
-TensorMap predict_watching(const Servable& s, const std::string& signature, TensorMap inputs,
-                           Clock::time_point deadline, grpc::ServerContext& ctx, BatchInfo* info) {
-  auto cancelled = std::make_shared<std::atomic<bool>>(false);
-  std::mutex mu;
-  std::condition_variable cv;
-  bool finished = false;
-  Status status;
-  TensorMap result;
-  s.predict(
-      signature, std::move(inputs), deadline,
-      [&](const Status& st, TensorMap out, const BatchInfo& i) {
-        std::lock_guard<std::mutex> lock(mu);
-        status = st;
-        result = std::move(out);
-        *info = i;
-        finished = true;
-        cv.notify_one();
-      },
-      cancelled);
-  std::unique_lock<std::mutex> lock(mu);
-  while (!cv.wait_for(lock, std::chrono::milliseconds(10), [&] { return finished; }))
-    if (ctx.IsCancelled()) cancelled->store(true);
-  if (!status.ok()) throw ServingError(status.code, status.message);
-  return result;
-}
-
 // Runs a classify / regress signature on the request's examples.
 TensorMap run_examples(const Servable& s, const package::Signature& sig, const Examples& ex,
                        grpc::ServerContext& ctx, CallInfo& info) {
@@ -162,7 +131,7 @@ TensorMap run_examples(const Servable& s, const package::Signature& sig, const E
   const Clock::time_point deadline = deadline_of(ctx);
   check_deadline(deadline);
   info.ran = true;
-  return predict_watching(s, sig.name, std::move(inputs), deadline, ctx, &info.batch);
+  return s.predict_sync(sig.name, std::move(inputs), deadline, &info.batch, [&ctx] { return ctx.IsCancelled(); });
 }
 
 void fill_tensor_info(const package::TensorInfo& ti, tensorflow::TensorInfo* out) {
@@ -208,7 +177,9 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
       const Clock::time_point deadline = deadline_of(*ctx);
       check_deadline(deadline);
       info.ran = true;
-      TensorMap outputs = predict_watching(*servable, sig.name, std::move(inputs), deadline, *ctx, &info.batch);
+      // A cancelled call is dropped from the batching queue, not run.
+      TensorMap outputs = servable->predict_sync(sig.name, std::move(inputs), deadline, &info.batch,
+                                                 [ctx] { return ctx->IsCancelled(); });
 
       auto& out = *resp->mutable_outputs();
       for (const auto& o : sig.outputs) {

@@ -116,23 +116,32 @@ void Servable::predict(const std::string& signature, TensorMap inputs, Clock::ti
 }
 
 TensorMap Servable::predict_sync(const std::string& signature, TensorMap inputs, Clock::time_point deadline,
-                                 BatchInfo* info) const {
+                                 BatchInfo* info, const std::function<bool()>& client_gone) const {
+  auto cancelled = client_gone ? std::make_shared<std::atomic<bool>>(false) : nullptr;
   std::mutex mu;
   std::condition_variable cv;
   bool finished = false;
   Status status;
   TensorMap result;
   BatchInfo bi;
-  predict(signature, std::move(inputs), deadline, [&](const Status& s, TensorMap out, const BatchInfo& i) {
-    std::lock_guard<std::mutex> lock(mu);
-    status = s;
-    result = std::move(out);
-    bi = i;
-    finished = true;
-    cv.notify_one();
-  });
+  predict(
+      signature, std::move(inputs), deadline,
+      [&](const Status& s, TensorMap out, const BatchInfo& i) {
+        std::lock_guard<std::mutex> lock(mu);
+        status = s;
+        result = std::move(out);
+        bi = i;
+        finished = true;
+        cv.notify_one();
+      },
+      cancelled);
   std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return finished; });
+  if (!client_gone) {
+    cv.wait(lock, [&] { return finished; });
+  } else {
+    while (!cv.wait_for(lock, std::chrono::milliseconds(10), [&] { return finished; }))
+      if (client_gone()) cancelled->store(true);
+  }
   if (info) *info = bi;
   if (!status.ok()) throw ServingError(status.code, status.message);
   return result;

@@ -79,9 +79,12 @@ class Servable {
   void predict(const std::string& signature, TensorMap inputs, Clock::time_point deadline,
                std::function<void(const Status&, TensorMap, const BatchInfo&)> done,
                std::shared_ptr<const std::atomic<bool>> cancelled = nullptr) const;
-  // Blocking form; throws ServingError / kiln::Error.
+  // Blocking form; throws ServingError / kiln::Error. `client_gone`, when given, is
+  // polled every 10 ms while the call waits: once true, the request is cancelled
+  // (dropped from its queue, CANCELLED) instead of run.
   TensorMap predict_sync(const std::string& signature, TensorMap inputs,
-                         Clock::time_point deadline = Clock::time_point::max(), BatchInfo* info = nullptr) const;
+                         Clock::time_point deadline = Clock::time_point::max(), BatchInfo* info = nullptr,
+                         const std::function<bool()>& client_gone = nullptr) const;
   void enable_batching(BatchScheduler& sched, const BatchingOptions& opts);
   // Where unbatched calls run (a thread pool); unset: on the calling thread.
   void set_unbatched_runner(std::function<void(std::function<void()>)> runner) { runner_ = std::move(runner); }
