@@ -31,4 +31,11 @@ Generator& default_generator() {
 
 void set_seed(uint64_t seed) { default_generator().reset(seed); }
 
+uint64_t draw_seed() {
+  Generator& g = default_generator();
+  const uint64_t counter = g.reserve(4);
+  const std::array<uint32_t, 4> w = Philox::block(g.seed(), 0, counter);
+  return (static_cast<uint64_t>(w[0]) << 32) | w[1];
+}
+
 }  // namespace kiln

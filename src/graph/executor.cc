@@ -85,6 +85,7 @@ struct Executor::Plan {
   // run allocates nothing per op). Concurrent runs of one plan take distinct states.
   struct RunState {
     std::vector<std::vector<Tensor>> in, out;  // per node
+    std::vector<std::unique_ptr<Attrs>> redrawn;  // per node: a random op's attrs for this run
     std::shared_ptr<Storage> arena;
   };
   std::vector<std::vector<Buf>> bufs;  // per node, per output
@@ -106,6 +107,7 @@ struct Executor::Plan {
     auto s = std::make_unique<RunState>();
     s->in.resize(bufs.size());
     s->out.resize(bufs.size());
+    s->redrawn.resize(bufs.size());
     for (size_t i = 0; i < bufs.size(); ++i) s->out[i].resize(bufs[i].size());
     if (arena_bytes > 0) s->arena = std::make_shared<Storage>(arena_bytes, Device::cpu());
     return s;
@@ -116,7 +118,18 @@ struct Executor::Plan {
   }
 };
 
-Executor::Executor(Graph graph) : graph_(std::move(graph)) { graph_.check(); }
+Executor::Executor(Graph graph) : graph_(std::move(graph)) {
+  graph_.check();
+  // Random nodes that shared their randomness in the trace share it in every run: a
+  // dropout and its gradient (the same op and attrs) apply one mask.
+  redraw_from_.assign(graph_.nodes.size(), -1);
+  std::map<std::string, int> first;
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    const Node& n = graph_.nodes[i];
+    if (!n.stateful()) continue;
+    redraw_from_[i] = first.emplace(n.op->name + "|" + n.attrs.str(), static_cast<int>(i)).first->second;
+  }
+}
 Executor::~Executor() = default;
 
 std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>& inputs) {
@@ -268,7 +281,16 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
       else out[k] = Tensor(rs.arena, b.offset, b.meta.shape, b.meta.dtype);
     }
     if (p.kernels[i] && p.bufs[i][0].where != Plan::Where::kView) {
-      OpContext ctx{*node.op, in, out, node.attrs};
+      const Attrs* attrs = &node.attrs;
+      if (const int from = redraw_from_[i]; from >= 0) {  // fresh random numbers for this run
+        std::unique_ptr<Attrs>& a = rs.redrawn[static_cast<size_t>(from)];
+        if (from == static_cast<int>(i)) {
+          if (!a) a = std::make_unique<Attrs>(node.attrs);
+          node.op->redraw(*a);
+        }
+        attrs = a.get();
+      }
+      OpContext ctx{*node.op, in, out, *attrs};
       if (profile) {
         const double t0 = detail::now_us();
         p.kernels[i](ctx);

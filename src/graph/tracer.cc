@@ -8,13 +8,6 @@
 namespace kiln::graph {
 namespace {
 
-bool is_random(const OpDef& op) {
-  static const char* kRandom[] = {"random_uniform", "random_normal", "truncated_normal", "bernoulli", "dropout"};
-  for (const char* r : kRandom)
-    if (op.name == r) return true;
-  return false;
-}
-
 class Tracer final : public OpObserver, public VariableObserver {
  public:
   Tracer() : prev_op_(set_op_observer(this)), prev_var_(set_variable_observer(this)) {}
@@ -46,9 +39,6 @@ class Tracer final : public OpObserver, public VariableObserver {
   void on_op(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
              const Attrs& attrs) override {
     if (prev_op_) prev_op_->on_op(op, inputs, outputs, attrs);
-    if (is_random(op))
-      throw UnimplementedError("kiln::function: random op '" + op.name +
-                               "' in a traced function (its seed would be fixed by the trace); run it eagerly");
     Node n;
     n.kind = NodeKind::kOp;
     n.op = &op;

@@ -32,6 +32,15 @@ std::vector<TensorMeta> infer_clip(std::span<const TensorMeta> in, const Attrs& 
   return {in[0]};
 }
 
+// relu_grad(g, y): g and y of one floating dtype and shape.
+std::vector<TensorMeta> infer_relu_grad(std::span<const TensorMeta> in, const Attrs&) {
+  detail::require_floating("relu_grad", in[0]);
+  if (in[1].shape != in[0].shape || in[1].dtype != in[0].dtype)
+    throw InvalidArgumentError("relu_grad: the gradient is " + detail::dtype_str(in[0].dtype) + in[0].shape.str() +
+                               " but the ReLU output is " + detail::dtype_str(in[1].dtype) + in[1].shape.str());
+  return {in[0]};
+}
+
 OpDef unary(const char* name, const char* doc, Differentiable d = Differentiable::kYes,
             std::vector<AttrSpec> attrs = {}) {
   return detail::make_def(name, doc, 1, detail::infer_same, std::move(attrs), d);
@@ -62,6 +71,11 @@ KILN_REGISTER_OP([] {
   return o;
 }());
 KILN_REGISTER_OP(unary("neg", "-x"));
+KILN_REGISTER_OP([] {
+  OpDef o = unary("stop_gradient", "x, cut from every gradient (tf.stop_gradient)", Differentiable::kNo);
+  o.infer = detail::infer_same;
+  return o;
+}());
 KILN_REGISTER_OP(unary("abs", "|x|"));
 KILN_REGISTER_OP(unary("sign", "-1, 0 or 1", Differentiable::kNo));
 KILN_REGISTER_OP(unary("square", "x * x"));
@@ -76,6 +90,8 @@ KILN_REGISTER_OP(unary("cos", "cosine"));
 KILN_REGISTER_OP(unary("tanh", "hyperbolic tangent"));
 KILN_REGISTER_OP(unary("sigmoid", "1 / (1 + e^-x)"));
 KILN_REGISTER_OP(unary("relu", "max(x, 0)"));
+KILN_REGISTER_OP(detail::make_def("relu_grad", "the ReLU's backward: g where y > 0, else 0 (one pass)", 2,
+                                  infer_relu_grad, {}, Differentiable::kYes));
 KILN_REGISTER_OP(unary("relu6", "min(max(x, 0), 6)"));
 KILN_REGISTER_OP(unary("leaky_relu", "x > 0 ? x : alpha * x", Differentiable::kYes, {{"alpha", AttrType::kFloat, "slope for x < 0"}}));
 KILN_REGISTER_OP(unary("elu", "x > 0 ? x : alpha * (e^x - 1)", Differentiable::kYes, {{"alpha", AttrType::kFloat, "scale for x < 0"}}));
@@ -148,10 +164,12 @@ Tensor logical_or(const Tensor& a, const Tensor& b) { return call1(KILN_OP("logi
 Tensor logical_not(const Tensor& x) { return call1(KILN_OP("logical_not"), {as_bool(x)}); }
 
 Tensor neg(const Tensor& x) { return call1(KILN_OP("neg"), {x}); }
+Tensor stop_gradient(const Tensor& x) { return call1(KILN_OP("stop_gradient"), {x}); }
 Tensor abs(const Tensor& x) { return call1(KILN_OP("abs"), {x}); }
 Tensor sign(const Tensor& x) { return call1(KILN_OP("sign"), {x}); }
 Tensor square(const Tensor& x) { return call1(KILN_OP("square"), {x}); }
 Tensor relu(const Tensor& x) { return call1(KILN_OP("relu"), {x}); }
+Tensor relu_grad(const Tensor& g, const Tensor& y) { return call1(KILN_OP("relu_grad"), {g, y}); }
 Tensor exp(const Tensor& x) { return float_unary(KILN_OP("exp"), x); }
 Tensor log(const Tensor& x) { return float_unary(KILN_OP("log"), x); }
 Tensor log1p(const Tensor& x) { return float_unary(KILN_OP("log1p"), x); }

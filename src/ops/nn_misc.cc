@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kiln/core/random.h"
 #include "kiln/ops/nn.h"
 #include "nn_util.h"
 
@@ -103,9 +104,13 @@ KILN_REGISTER_OP(detail::make_def("softmax", "exp(x - max) / sum(exp(x - max)) a
                      {{"axis", AttrType::kInt, "reduction axis, default -1"}}));
 KILN_REGISTER_OP(detail::make_def("log_softmax", "x - max - log(sum(exp(x - max))) along an axis", 1, infer_log_softmax,
                      {{"axis", AttrType::kInt, "reduction axis, default -1"}}));
-KILN_REGISTER_OP(detail::make_def("dropout", "inverted dropout with a Philox mask from the seed", 1, infer_dropout,
-                     {{"rate", AttrType::kFloat, "drop probability in [0, 1)"},
-                      {"seed", AttrType::kInt, "Philox key (a uint64 stored bitwise)"}}));
+KILN_REGISTER_OP([] {
+  OpDef o = detail::make_def("dropout", "inverted dropout with a Philox mask from the seed", 1, infer_dropout,
+                             {{"rate", AttrType::kFloat, "drop probability in [0, 1)"},
+                              {"seed", AttrType::kInt, "Philox key (a uint64 stored bitwise)"}});
+  o.redraw = [](Attrs& a) { a.set("seed", static_cast<int64_t>(draw_seed())); };
+  return o;
+}());
 KILN_REGISTER_OP([] {
   OpDef o = detail::make_def("embedding", "rows of a table gathered by integer ids", 2, infer_embedding, {});
   o.dispatch_input = 0;  // the table's dtype selects the kernel

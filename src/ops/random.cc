@@ -96,37 +96,58 @@ std::vector<AttrSpec> random_attrs(std::initializer_list<AttrSpec> params) {
   v.insert(v.end(), params);
   v.push_back({"key", AttrType::kInt, "Philox key (the seed's bits)"});
   v.push_back({"offset", AttrType::kInt, "first Philox counter"});
+  v.push_back({"seeded", AttrType::kBool, "the caller gave the seed (a traced graph then does not redraw it)"});
   return v;
 }
 
-OpDef random_def(const char* name, const char* doc, InferFn infer, std::vector<AttrSpec> attrs) {
-  return detail::make_def(name, doc, 0, infer, std::move(attrs), Differentiable::kNo, -1);
-}
-
-constexpr char kNormal[] = "random_normal", kTruncated[] = "truncated_normal";
-const AttrSpec kDTypeAttr{"dtype", AttrType::kDType, "output dtype"};
-
-KILN_REGISTER_OP(random_def("random_uniform", "uniform on [lo, hi)", infer_uniform,
-                            random_attrs({kDTypeAttr,
-                                          {"lo", AttrType::kFloat, "inclusive lower bound"},
-                                          {"hi", AttrType::kFloat, "exclusive upper bound"}})));
-KILN_REGISTER_OP(random_def(kNormal, "normal (Box-Muller)", infer_normal<kNormal>,
-                            random_attrs({kDTypeAttr,
-                                          {"mean", AttrType::kFloat, "mean"},
-                                          {"stddev", AttrType::kFloat, "standard deviation (>= 0)"}})));
-KILN_REGISTER_OP(random_def(kTruncated, "normal redrawn beyond 2 stddev", infer_normal<kTruncated>,
-                            random_attrs({kDTypeAttr,
-                                          {"mean", AttrType::kFloat, "mean"},
-                                          {"stddev", AttrType::kFloat, "standard deviation (>= 0)"}})));
-KILN_REGISTER_OP(random_def("bernoulli", "bool, true with probability p", infer_bernoulli,
-                            random_attrs({{"p", AttrType::kFloat, "probability of true, in [0, 1]"}})));
-
 // 32-bit words each element consumes (the kernels' layout; see random_kernels.cc).
-int64_t words_per_element(const OpDef& d, DType t) {
-  if (d.name == "truncated_normal") return 4;
+int64_t words_per_element(const std::string& op, DType t) {
+  if (op == "truncated_normal") return 4;
   if (t == DType::kF64 || is_integral(t)) return 2;
   return 1;
 }
+
+// A traced graph's run: the default generator's seed with fresh counters (OpDef::redraw).
+template <const char* Op>
+void redraw_stream(Attrs& a) {
+  if (a.get_bool("seeded", false)) return;  // an explicit seed: the same numbers every run
+  const DType t = a.get_dtype("dtype", DType::kBool);
+  const int64_t n = Shape(a.get_ints("shape")).numel() * words_per_element(Op, t);
+  Generator& g = default_generator();
+  a.set("key", static_cast<int64_t>(g.seed()));
+  a.set("offset", static_cast<int64_t>(g.reserve(static_cast<uint64_t>(n))));
+}
+
+OpDef random_def(const char* name, const char* doc, InferFn infer, std::vector<AttrSpec> attrs,
+                 void (*redraw)(Attrs&)) {
+  OpDef d = detail::make_def(name, doc, 0, infer, std::move(attrs), Differentiable::kNo, -1);
+  d.redraw = redraw;
+  return d;
+}
+
+constexpr char kUniform[] = "random_uniform", kNormal[] = "random_normal", kTruncated[] = "truncated_normal",
+               kBernoulli[] = "bernoulli";
+const AttrSpec kDTypeAttr{"dtype", AttrType::kDType, "output dtype"};
+
+KILN_REGISTER_OP(random_def(kUniform, "uniform on [lo, hi)", infer_uniform,
+                            random_attrs({kDTypeAttr,
+                                          {"lo", AttrType::kFloat, "inclusive lower bound"},
+                                          {"hi", AttrType::kFloat, "exclusive upper bound"}}),
+                            redraw_stream<kUniform>));
+KILN_REGISTER_OP(random_def(kNormal, "normal (Box-Muller)", infer_normal<kNormal>,
+                            random_attrs({kDTypeAttr,
+                                          {"mean", AttrType::kFloat, "mean"},
+                                          {"stddev", AttrType::kFloat, "standard deviation (>= 0)"}}),
+                            redraw_stream<kNormal>));
+KILN_REGISTER_OP(random_def(kTruncated, "normal redrawn beyond 2 stddev", infer_normal<kTruncated>,
+                            random_attrs({kDTypeAttr,
+                                          {"mean", AttrType::kFloat, "mean"},
+                                          {"stddev", AttrType::kFloat, "standard deviation (>= 0)"}}),
+                            redraw_stream<kTruncated>));
+KILN_REGISTER_OP(random_def(kBernoulli, "bool, true with probability p", infer_bernoulli,
+                            random_attrs({{"p", AttrType::kFloat, "probability of true, in [0, 1]"}}),
+                            redraw_stream<kBernoulli>));
+
 
 // Runs op d with the stream attributes: the seed's own stream (counters from 0), or
 // the default generator's seed with counters reserved from it.
@@ -141,10 +162,11 @@ Tensor draw(const OpDef& d, const Shape& shape, Attrs attrs, std::optional<DType
   uint64_t key = 0, offset = 0;
   if (seed) {
     key = *seed;
+    attrs.set("seeded", true);
   } else {
     Generator& g = default_generator();
     key = g.seed();
-    offset = g.reserve(static_cast<uint64_t>(shape.numel() * words_per_element(d, dtype.value_or(DType::kBool))));
+    offset = g.reserve(static_cast<uint64_t>(shape.numel() * words_per_element(d.name, dtype.value_or(DType::kBool))));
   }
   attrs.set("key", static_cast<int64_t>(key));
   attrs.set("offset", static_cast<int64_t>(offset));

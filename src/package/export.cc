@@ -54,6 +54,14 @@ void copy_files(const std::vector<std::string>& files, const fs::path& to) {
   }
 }
 
+// An exported function must be deterministic: a random op draws anew every run.
+void refuse_random_ops(const graph::Graph& g, const std::string& what) {
+  for (const graph::Node& n : g.nodes)
+    if (n.stateful())
+      throw UnimplementedError(what + " has a random op '" + n.op->name +
+                               "' (an inference function must be deterministic; call layers with training=false)");
+}
+
 }  // namespace
 
 void write_package(const std::string& dir, const std::vector<GraphSignature>& signatures, Metadata metadata,
@@ -68,6 +76,7 @@ void write_package(const std::string& dir, const std::vector<GraphSignature>& si
     if (!s.graph.assignments.empty())
       throw InvalidArgumentError("export: signature '" + s.signature.name +
                                  "' assigns variables (a training step?); export inference functions only");
+    refuse_random_ops(s.graph, "export: signature '" + s.signature.name + "'");
     if (s.graph.num_inputs != static_cast<int>(s.signature.inputs.size()) ||
         s.graph.outputs.size() != s.signature.outputs.size())
       throw InvalidArgumentError("export: signature '" + s.signature.name + "' does not match its graph's inputs/outputs");
@@ -157,6 +166,7 @@ std::string export_package(const std::string& base, const std::vector<ExportSign
     for (const TensorMeta& m : metas_at(es.inputs, 2)) args.push_back(Tensor::zeros(m.shape, m.dtype));
     std::vector<Tensor> results;
     graph::Graph g = graph::trace(es.fn, args, &results);
+    refuse_random_ops(g, what);
     if (results.size() != es.output_names.size())
       throw InvalidArgumentError(what + " names " + std::to_string(es.output_names.size()) +
                                  " outputs, the function returns " + std::to_string(results.size()));

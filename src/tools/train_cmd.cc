@@ -46,6 +46,8 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   c->add_option("--precision", a.precision,
                 "Dtype policy: float32, mixed_bfloat16 or mixed_float16 (f16 adds dynamic loss scaling)")
       ->check(CLI::IsMember({"float32", "mixed_bfloat16", "mixed_float16"}));
+  c->add_flag("--run-eagerly", a.run_eagerly,
+              "Run every training step eagerly instead of the traced, optimised graph (debugging, comparisons)");
   c->add_option("--export", a.export_dir,
                 "Export the trained model as a model package version under this directory (DIR/<version>/)");
   c->add_option("--verbose", a.verbose, "0 silent, 1 progress bar, 2 one line per epoch (default: 1 on a TTY, else 2)")
@@ -123,8 +125,10 @@ int run_train(const TrainArgs& a) {
   if (verbose > 0) model->summary(std::cout);
   if (verbose > 0 && a.precision != "float32")
     std::cout << "Precision: " << a.precision << " (variables f32, output layer and loss f32)\n";
-  model->compile({optimizers::Adam({a.learning_rate}), {losses::SparseCategoricalCrossentropy(/*from_logits=*/true)},
-                  {"accuracy"}});
+  CompileOptions co{optimizers::Adam({a.learning_rate}), {losses::SparseCategoricalCrossentropy(/*from_logits=*/true)},
+                    {"accuracy"}};
+  co.run_eagerly = a.run_eagerly;
+  model->compile(co);
 
   FitOptions fo;
   fo.epochs = a.epochs;

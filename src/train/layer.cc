@@ -35,13 +35,6 @@ std::string dims_str(const std::vector<int64_t>& dims) {
   return s + "]";
 }
 
-uint64_t draw_seed() {
-  // Reserving counters keeps this draw disjoint from every other draw of the generator.
-  Generator& g = default_generator();
-  const uint64_t counter = g.reserve(4);
-  const std::array<uint32_t, 4> w = Philox::block(g.seed(), 0, counter);
-  return (static_cast<uint64_t>(w[0]) << 32) | w[1];
-}
 
 }  // namespace detail
 

@@ -31,6 +31,5 @@ std::vector<int64_t> pair_arg(const std::string& what, const std::vector<int64_t
 std::string dims_str(const std::vector<int64_t>& dims);
 
 // A fresh 64-bit seed from kiln's default generator (reproducible under kiln::set_seed).
-uint64_t draw_seed();
 
 }  // namespace kiln::train::detail

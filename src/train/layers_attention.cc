@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/core/random.h"
 #include "kiln/ops.h"
 #include "kiln/train/layers.h"
 #include "layer_util.h"
@@ -79,7 +80,7 @@ class MultiHeadAttentionLayer final : public Layer {
       // Dropout acts on the attention probabilities, which the fused kernel never forms.
       Tensor scores = ops::matmul(q, k, false, true) * (1.0 / std::sqrt(static_cast<double>(key_dim_)));
       if (opts_.causal) scores = ops::add(scores, causal_mask(tq, tv, scores.dtype()));
-      Tensor probs = ops::dropout(ops::softmax(scores, -1), opts_.dropout, detail::draw_seed(), true);
+      Tensor probs = ops::dropout(ops::softmax(scores, -1), opts_.dropout, kiln::draw_seed(), true);
       o = ops::matmul(probs, v);
     } else {
       o = ops::scaled_dot_product_attention(q, k, v, Tensor(), opts_.causal);

@@ -2,6 +2,7 @@
 // LayerNormalization, Dropout.
 #include <cmath>
 
+#include "kiln/core/random.h"
 #include "kiln/ops.h"
 #include "kiln/train/layers.h"
 #include "layer_util.h"
@@ -52,10 +53,10 @@ class BatchNormLayer final : public UnaryLayer {
     if (!training || !trainable())
       return ops::batch_norm_inference(x, moving_mean_.value(), moving_var_.value(), gamma, beta, opts_.epsilon, axis_);
     ops::BatchNormTrainingResult r = ops::batch_norm_training(x, gamma, beta, opts_.epsilon, axis_);
-    // Fresh copies of the batch statistics carry no tape identity, so the
-    // moving-average update is never recorded (it is a side effect, not part of the loss).
-    update(moving_mean_, r.mean.clone());
-    update(moving_var_, r.var.clone());
+    // The moving-average update is a side effect, not part of the loss: cut from the
+    // tape (an op, so a traced step computes it from each batch).
+    update(moving_mean_, ops::stop_gradient(r.mean));
+    update(moving_var_, ops::stop_gradient(r.var));
     return r.y;
   }
 
@@ -139,7 +140,7 @@ class DropoutLayer final : public UnaryLayer {
   // drawn from the default generator (so kiln::set_seed makes the sequence reproducible).
   uint64_t next_seed() {
     if (seed_) return mix64(*seed_ ^ mix64(++calls_));
-    return detail::draw_seed();
+    return kiln::draw_seed();
   }
 
   double rate_;

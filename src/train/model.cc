@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/graph/function.h"
 #include "kiln/ops.h"
 #include "train_util.h"
 
@@ -154,6 +155,7 @@ void Model::compile(CompileOptions opts) {
     opts.optimizer = std::make_shared<LossScaleOptimizer>(opts.optimizer);
   opts_ = std::move(opts);
   compiled_ = true;
+  train_fn_.reset();  // a new optimizer or loss: trace again
 }
 
 namespace {
@@ -176,8 +178,8 @@ Tensor Model::total_loss(const std::vector<Tensor>& y, const std::vector<Tensor>
   return total;
 }
 
-Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
-  require_compiled(*this, compiled_, "training");
+std::pair<Tensor, std::vector<Tensor>> Model::step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                                                   const Tensor& hyper, const Tensor& iteration) {
   std::vector<Tensor> preds;
   Tensor loss;
   std::vector<Variable> vars;
@@ -191,7 +193,52 @@ Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& 
     vars = trainable_weights();
     grads = tape.gradient(opts_.optimizer->scale_loss(objective), vars);
   }
-  opts_.optimizer->apply_gradients(grads, vars);
+  if (hyper.defined())
+    opts_.optimizer->apply_gradients_traced(grads, vars, hyper, iteration);
+  else
+    opts_.optimizer->apply_gradients(grads, vars);
+  return {loss, preds};
+}
+
+int Model::num_train_traces() const { return train_fn_ ? train_fn_->num_traces() : 0; }
+
+Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
+  require_compiled(*this, compiled_, "training");
+  Tensor loss;
+  std::vector<Tensor> preds;
+  if (train_fn_) {
+    // Arguments: inputs, targets, (lr, step) as f64[2], step as i64.
+    auto [hyper, step_t] = opts_.optimizer->step_inputs();
+    std::vector<Tensor> args = x;
+    args.insert(args.end(), y.begin(), y.end());
+    args.push_back(hyper);
+    args.push_back(step_t);
+    std::vector<Tensor> out = (*train_fn_)(args);
+    loss = out[0];
+    preds.assign(out.begin() + 1, out.end());
+    ++traced_steps_;
+  } else {
+    std::tie(loss, preds) = step(x, y);
+    // The first step built the layers and the optimizer's slots (creating variables
+    // inside a trace would capture their initialisers): trace from the next one.
+    if (!opts_.run_eagerly && opts_.optimizer->traceable()) {
+      const size_t nx = x.size();
+      FunctionOptions fn_opts;
+      fn_opts.name = name() + "_train_step";
+      train_fn_ = std::make_shared<Function>(
+          [this, nx](const std::vector<Tensor>& a) {
+            const size_t ny = a.size() - nx - 2;
+            std::vector<Tensor> xs(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(nx));
+            std::vector<Tensor> ys(a.begin() + static_cast<std::ptrdiff_t>(nx),
+                                   a.begin() + static_cast<std::ptrdiff_t>(nx + ny));
+            auto [l, p] = step(xs, ys, a[nx + ny], a[nx + ny + 1]);
+            std::vector<Tensor> out{l};
+            out.insert(out.end(), p.begin(), p.end());
+            return out;
+          },
+          fn_opts);
+    }
+  }
   Logs logs;
   logs["loss"] = loss.item<double>();
   for (auto& m : metrics_) m->update(y.at(0), preds.at(0));

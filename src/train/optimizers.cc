@@ -73,6 +73,31 @@ double Optimizer::learning_rate() const {
 void Optimizer::set_learning_rate(double lr) { opts_.learning_rate = lr; }
 
 void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
+  apply(grads, vars, {}, {});
+}
+
+void Optimizer::apply_gradients_traced(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                                       const Tensor& hyper, const Tensor& step) {
+  if (!traceable())
+    throw FailedPreconditionError(name() + ": this optimizer decides on the host (clipnorm, loss scaling); its "
+                                           "updates cannot be traced");
+  if (!hyper.defined() || hyper.dtype() != DType::kF64 || hyper.shape() != Shape({2}) || !step.defined() ||
+      step.dtype() != DType::kI64 || step.rank() != 0)
+    throw InvalidArgumentError(name() + ".apply_gradients_traced: hyper must be f64[2] (lr, step) and step an i64 scalar");
+  apply(grads, vars, hyper, step);
+}
+
+std::pair<Tensor, Tensor> Optimizer::step_inputs() const {
+  const int64_t step = iterations() + 1;
+  Tensor hyper = Tensor::empty(Shape({2}), DType::kF64);
+  double* h = static_cast<double*>(hyper.raw_data());
+  h[0] = learning_rate();
+  h[1] = static_cast<double>(step);
+  return {hyper, Tensor::scalar<int64_t>(step)};
+}
+
+void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, const Tensor& hyper,
+                      const Tensor& step_t) {
   if (grads.size() != vars.size())
     throw InvalidArgumentError(
         str_cat(name(), ".apply_gradients: got ", grads.size(), " gradients for ", vars.size(), " variables"));
@@ -106,6 +131,18 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vec
     clip_by_global_norm(g, opts_.global_clipnorm);
   }
 
+  if (hyper.defined()) {  // traced: lr and step are inputs of the update ops
+    hyper_ = hyper;
+    try {
+      for (size_t i = 0; i < g.size(); ++i) update(v[i], g[i], slots_.at(v[i].uid()), 0, 1);
+    } catch (...) {
+      hyper_ = Tensor();
+      throw;
+    }
+    hyper_ = Tensor();
+    iterations_.assign(step_t);
+    return;
+  }
   const double lr = learning_rate();
   const int64_t step = iterations() + 1;
   for (size_t i = 0; i < g.size(); ++i) update(v[i], g[i], slots_.at(v[i].uid()), lr, step);
@@ -148,7 +185,7 @@ class SGDOptimizer final : public Optimizer {
   void update(const Variable& var, const Tensor& grad, std::vector<Variable>& slots, double lr, int64_t) override {
     const bool mom = momentum_ != 0;
     ops::SgdUpdate r = ops::sgd_update(var.peek(), grad, mom ? slots[0].peek() : Tensor(), lr, momentum_, nesterov_,
-                                       opts_.weight_decay);
+                                       opts_.weight_decay, hyper_);
     var.assign(r.param);
     if (mom) slots[0].assign(r.momentum);
   }
@@ -173,7 +210,7 @@ class AdamOptimizer final : public Optimizer {
   std::vector<std::string> slot_names() const override { return {"m", "v"}; }
   void update(const Variable& var, const Tensor& grad, std::vector<Variable>& slots, double lr, int64_t step) override {
     ops::AdamUpdate r = ops::adam_update(var.peek(), grad, slots[0].peek(), slots[1].peek(), lr, beta_1_, beta_2_,
-                                         epsilon_, step, opts_.weight_decay);
+                                         epsilon_, step, opts_.weight_decay, hyper_);
     var.assign(r.param);
     slots[0].assign(r.m);
     slots[1].assign(r.v);
@@ -206,7 +243,8 @@ class RMSpropOptimizer final : public Optimizer {
     Variable* avg_slot = centered_ ? &slots[mom ? 2 : 1] : nullptr;
     ops::RmspropUpdate r = ops::rmsprop_update(
         var.peek(), grad, slots[0].peek(), mom_slot ? mom_slot->peek() : Tensor(),
-        avg_slot ? avg_slot->peek() : Tensor(), lr, rho_, momentum_, epsilon_, centered_, opts_.weight_decay);
+        avg_slot ? avg_slot->peek() : Tensor(), lr, rho_, momentum_, epsilon_, centered_, opts_.weight_decay,
+        hyper_);
     var.assign(r.param);
     slots[0].assign(r.velocity);
     if (mom_slot) mom_slot->assign(r.momentum);

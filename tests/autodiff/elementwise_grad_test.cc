@@ -66,6 +66,8 @@ KILN_GRAD_CASES({
     {"tanh", {"tanh"}, {rnd({5}, 12)}, [](In x) { return ops::tanh(x[0]); }},
     {"sigmoid", {"sigmoid"}, {rnd({6}, 41, -4, 4)}, [](In x) { return ops::sigmoid(x[0]); }},
     {"relu", {"relu"}, {rnd_away({7}, 13)}, [](In x) { return ops::relu(x[0]); }},
+    // d/dg only (d/dy is zero away from 0, where y is kept).
+    {"relu_grad", {"relu_grad"}, {rnd({7}, 14), rnd_away({7}, 15)}, [](In x) { return ops::relu_grad(x[0], x[1]); }},
     {"relu6", {"relu6"}, {around_kinks()}, [](In x) { return ops::relu6(x[0]); }},
     {"leaky_relu/0.2", {"leaky_relu"}, {rnd_away({7}, 42)}, [](In x) { return ops::leaky_relu(x[0], 0.2); }},
     {"leaky_relu/0.01", {"leaky_relu"}, {rnd_away({7}, 43)}, [](In x) { return ops::leaky_relu(x[0], 0.01); }},
@@ -111,7 +113,7 @@ KILN_GRAD_CASES({
      [](In x) {
        return inner_grad(x[0], [](const Tensor& t) { return ops::add(ops::gelu(t, false), ops::gelu(t, true)); });
      }},
-    {"second_order/abs_relu", {"abs", "relu"}, {around_kinks()},
+    {"second_order/abs_relu", {"abs", "relu", "relu_grad"}, {around_kinks()},
      [](In x) {
        return inner_grad(x[0], [](const Tensor& t) { return ops::add(ops::abs(t), ops::relu(t)); });
      }},

@@ -26,6 +26,19 @@ TEST(GradientTape, UnwatchedTensorGetsNoneOrZeros) {
   EXPECT_CLOSE(tape.gradient(y, {x})[0], z, 0, 0);
 }
 
+// stop_gradient: the value passes, the gradient does not (y = x*x + sg(x)*x: dy/dx = 2x + sg(x)).
+TEST(GradientTape, StopGradientCutsTheGradient) {
+  Tensor x = f64({1, -2, 3}, {3});
+  GradientTape tape;
+  tape.watch(x);
+  Tensor s = ops::stop_gradient(x);
+  EXPECT_CLOSE(s, x, 0, 0);
+  EXPECT_NE(s.raw_data(), x.raw_data());  // a copy: writing one leaves the other
+  Tensor y = ops::sum(ops::add(ops::mul(x, x), ops::mul(s, x)));
+  EXPECT_CLOSE(tape.gradient(y, {x})[0], f64({3, -6, 9}, {3}), 0, 0);
+  EXPECT_CLOSE(ops::stop_gradient(make<int32_t>({4, 5}, {2})), make<int32_t>({4, 5}, {2}), 0, 0);
+}
+
 TEST(GradientTape, TrainableVariablesAreWatchedOnRead) {
   Variable w(f64({3, -1}, {2}), "w"), frozen(f64({1, 1}, {2}), "f", /*trainable=*/false);
   GradientTape tape;

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/core/random.h"
 #include "kiln/graph/function.h"
 #include "kiln/graph/profiler.h"
 #include "kiln/ops.h"
@@ -169,11 +170,40 @@ TEST(FunctionTest, TracedReluNetworkTrainStepFusesAndMatchesEager) {
   EXPECT_EQ(g.count_ops("relu"), 0);
 }
 
-TEST(FunctionTest, RandomOpsAndBadCallsAreClearErrors) {
-  Function f = function([](const std::vector<Tensor>& x) {
-    return std::vector<Tensor>{ops::add(x[0], ops::random_uniform(x[0].shape(), 0, 1, DType::kF32, 3))};
-  });
-  EXPECT_KILN_ERROR(f({ops::zeros({2})}), kUnimplemented, "random op 'random_uniform' in a traced function");
+// Random ops draw fresh numbers on every run of a trace (stateful, as in tf.function),
+// in the eager order, so set_seed reproduces a sequence; an explicit seed is kept.
+TEST(FunctionTest, RandomOpsDrawFreshNumbersEveryRun) {
+  auto body = [](const std::vector<Tensor>& x) {
+    Tensor u = ops::random_uniform(x[0].shape(), 0, 1);
+    Tensor d = ops::dropout(ops::ones(x[0].shape()), 0.5, draw_seed(), true);
+    Tensor fixed = ops::random_normal(x[0].shape(), 0, 1, DType::kF32, 3);
+    return std::vector<Tensor>{ops::add(x[0], u), d, fixed, ops::add(u, ops::scalar(1.0f))};
+  };
+  Tensor x = ops::zeros({64});
+  set_seed(5);
+  std::vector<std::vector<Tensor>> eager;
+  for (int i = 0; i < 3; ++i) eager.push_back(body({x}));
+  set_seed(5);
+  Function f = function(body);
+  std::vector<std::vector<Tensor>> traced;
+  for (int i = 0; i < 3; ++i) traced.push_back(f({x}));
+  EXPECT_EQ(f.num_traces(), 1);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    for (size_t k = 0; k < 4; ++k) EXPECT_TRUE(array_equal(traced[i][k], eager[i][k])) << k;
+  }
+  EXPECT_FALSE(array_equal(traced[1][0], traced[2][0]));  // uniform: new numbers
+  EXPECT_FALSE(array_equal(traced[1][1], traced[2][1]));  // dropout: a new mask
+  EXPECT_TRUE(array_equal(traced[1][2], traced[2][2]));   // seeded: the same numbers
+  // One draw feeds both uses of u (it is not duplicated or folded).
+  EXPECT_CLOSE(traced[2][3], ops::add(traced[2][0], ops::scalar(1.0f)), 1e-6, 1e-6);
+  const Graph& g = f.concrete({x}).graph();
+  EXPECT_EQ(g.count_ops("random_uniform"), 1);
+  EXPECT_EQ(g.count_ops("dropout"), 1);
+  EXPECT_EQ(g.count_ops("random_normal"), 0);  // seeded: folded into a constant
+}
+
+TEST(FunctionTest, BadCallsAreClearErrors) {
   Function g = function([](const std::vector<Tensor>& x) { return std::vector<Tensor>{Tensor()}; });
   EXPECT_KILN_ERROR(g({ops::zeros({2})}), kInvalidArgument, "result 0 is undefined");
   EXPECT_KILN_ERROR(Function(nullptr), kInvalidArgument, "callable is empty");

@@ -397,6 +397,20 @@ TEST_P(OptimKernelTest, Rmsprop) {
   }
 }
 
+// The (lr, step) input of a traced step gives what the attrs give, for each rule.
+TEST_P(OptimKernelTest, HyperInputReplacesLrAndStep) {
+  Tensor p = rnd(13, -1, 1), g = rnd(14, -1, 1), m = rnd(15, -0.1, 0.1), vv = rnd(16, 0, 0.1);
+  Tensor hyper = make<double>({0.01, 7}, {2});
+  ops::AdamUpdate a = ops::adam_update(p, g, m, vv, /*lr=*/99, 0.9, 0.999, 1e-7, /*step=*/1, 0.004, hyper);
+  Ref want = adam_ref(v(p), v(g), v(m), v(vv), 0.01, 0.9, 0.999, 1e-7, 7, 0.004);
+  expect(a.param, want.p, "adam param");
+  expect(a.v, want.b, "adam v");
+  ops::SgdUpdate s = ops::sgd_update(p, g, m, /*lr=*/99, 0.9, false, 0.01, hyper);
+  expect(s.param, sgd_ref(v(p), v(g), v(m), 0.01, 0.9, false, 0.01).p, "sgd param");
+  ops::RmspropUpdate r = ops::rmsprop_update(p, g, vv, Tensor(), Tensor(), /*lr=*/99, 0.9, 0, 1e-7, false, 0.1, hyper);
+  expect(r.param, rms_ref(v(p), v(g), v(vv), v(m), v(m), 0.01, 0.9, 0, 1e-7, false, 0.1).p, "rmsprop param");
+}
+
 INSTANTIATE_TEST_SUITE_P(OptimKernel, OptimKernelTest,
                          ::testing::Values(DType::kF32, DType::kF64, DType::kF16, DType::kBF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
@@ -413,6 +427,11 @@ TEST(OptimOpsTest, Errors) {
                     "v is");
   EXPECT_KILN_ERROR(ops::rmsprop_update(p, p, p, Tensor(), Tensor(), 0.1, 0.9, 0, 1e-7, true), kInvalidArgument,
                     "average_grad");
+  // The hyperparameter input: f64[2] only.
+  EXPECT_KILN_ERROR(ops::adam_update(p, p, p, p, 0.1, 0.9, 0.999, 1e-7, 1, 0, make<float>({0.1f, 1}, {2})),
+                    kInvalidArgument, "must be f64[2] (lr, step)");
+  EXPECT_KILN_ERROR(ops::sgd_update(p, p, Tensor(), 0.1, 0, false, 0, make<double>({0.1, 1, 2}, {3})),
+                    kInvalidArgument, "must be f64[2] (lr, step)");
   const OpDef& d = OpRegistry::global().get("adam_update");
   EXPECT_EQ(d.differentiable, Differentiable::kNo);
 }

@@ -107,6 +107,12 @@ struct OpDef {
   InferFn infer = nullptr;
   VjpFn vjp = nullptr;
   Differentiable differentiable = Differentiable::kUnknown;
+  // Stateful random ops (random_uniform, dropout, ...): writes fresh randomness from
+  // the default generator into the attrs (seed/key/offset). A traced graph calls it
+  // before every run of such a node, so each run draws new numbers, as stateful random
+  // ops do inside tf.function; passes never fold, merge or duplicate these nodes.
+  // nullptr: a deterministic op.
+  void (*redraw)(Attrs& attrs) = nullptr;
   // kernels[device type][dtype]
   std::array<std::array<KernelFn, kNumDTypes>, kNumDeviceTypes> kernels{};
 

@@ -35,6 +35,10 @@ class Generator {
 // The process-wide default generator (seeded with 0 until set_seed is called).
 Generator& default_generator();
 void set_seed(uint64_t seed);
+// A fresh 64-bit seed drawn from the default generator (it reserves counters, so the
+// draw is disjoint from every other draw): a dropout mask's key, or the seed a
+// stateful random op of a traced graph takes for one run.
+uint64_t draw_seed();
 
 // Uniform float in [0, 1) from a 32-bit word (24 significant bits).
 inline float uint_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }

@@ -8,7 +8,9 @@
 // after its last reader, and later buffers reuse the space (best fit). `reshape`
 // outputs are views of their input. Graph outputs and assigned values get buffers
 // of their own (they outlive the run). A run then allocates nothing per op: the
-// arena is reused from run to run.
+// arena is reused from run to run. Random ops draw fresh numbers for every run
+// (OpDef::redraw, on a per-run copy of their attrs); random nodes that had the same
+// op and attrs in the trace (a dropout and the dropout of its gradient) share one draw.
 //
 // Thread-safety: run() may be called from several threads at once; concurrent runs of
 // one plan each take an arena of their own (kept in a pool: the arenas in memory are
@@ -53,6 +55,7 @@ class Executor {
   struct Plan;
   std::shared_ptr<Plan> plan_for(const std::vector<TensorMeta>& inputs);
   Graph graph_;
+  std::vector<int> redraw_from_;  // per node: the random node whose per-run draw it uses (-1: none)
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Plan>> plans_;
   std::vector<std::string> plan_order_;  // insertion order, for eviction

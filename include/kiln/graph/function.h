@@ -23,9 +23,15 @@
 // such a dimension (e.g. a reshape to the traced batch size), in which case it is
 // traced again for that shape.
 //
-// Not supported (clear errors, not silent misbehaviour): random ops inside the traced
-// callable (UnimplementedError: their seeds would be fixed); data-dependent control
-// flow is out of scope (the trace follows the branch the first call took).
+// Random ops (random_uniform, dropout, ...) draw fresh numbers from the default
+// generator on every run of the trace, as stateful random ops do in tf.function
+// (kiln::set_seed makes a sequence of runs reproducible); a draw given an explicit
+// seed gives the same numbers every run, as it does eagerly. A Dropout layer with its
+// own seed draws from the default generator once traced.
+//
+// Not supported: data-dependent control flow is out of scope (the trace follows the
+// branch the first call took; no error is possible because the branch is taken on
+// the host).
 //
 // After tracing, the graph goes through the pass pipeline (passes.h) and the executor
 // (executor.h). KILN_DUMP_GRAPH=dir writes the graph before and after every pass as
@@ -94,7 +100,7 @@ Function function(TracedFn fn, FunctionOptions opts = {});
 
 namespace graph {
 // Runs fn on args while recording it; returns the graph (outputs = fn's results).
-// Throws UnimplementedError for random ops, InvalidArgumentError for undefined
+// Throws InvalidArgumentError for undefined
 // arguments or results.
 Graph trace(const TracedFn& fn, const std::vector<Tensor>& args, std::vector<Tensor>* results = nullptr);
 }  // namespace graph

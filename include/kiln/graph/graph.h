@@ -46,6 +46,9 @@ struct Node {
   Variable variable;                // kVariable
   std::string name;                 // kConstant: its weight name in a model package (may be empty)
   std::string label() const;        // "matmul", "input 0", "const f32[3]", "var dense/kernel"
+  // A random op that draws fresh numbers on every run (OpDef::redraw; not one the
+  // caller seeded): passes must not fold, merge or duplicate it.
+  bool stateful() const { return kind == NodeKind::kOp && op->redraw && !attrs.get_bool("seeded", false); }
 };
 
 struct Assignment {

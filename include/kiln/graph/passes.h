@@ -6,7 +6,7 @@
 //
 // Level 1 (default): dead-code elimination, common-subexpression elimination,
 // constant folding, algebraic simplification (identity ops, x*1, x+0, double
-// transpose, reshape chains, cast round trips through a wider type).
+// transpose, reshape chains, cast round trips through a wider type, stop_gradient).
 // Level 2: fusion (matmul + bias + ReLU into fused_matmul, conv2d + ReLU into fused_conv2d).
 #include <string>
 #include <vector>

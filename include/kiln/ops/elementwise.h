@@ -32,6 +32,9 @@ Tensor logical_or(const Tensor& a, const Tensor& b);
 Tensor logical_not(const Tensor& x);
 
 Tensor neg(const Tensor& x);
+// A copy of x that gradient tapes treat as a constant (tf.stop_gradient). Unlike
+// Tensor::clone(), it is an op: a traced function records it (graph passes remove it).
+Tensor stop_gradient(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor sign(const Tensor& x);
 Tensor square(const Tensor& x);
@@ -46,6 +49,9 @@ Tensor cos(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
+// The ReLU's backward (TF's ReluGrad): g where y > 0, else 0, in one pass; y is the
+// ReLU's output (or its input: the sign is the same). g and y: one floating dtype and shape.
+Tensor relu_grad(const Tensor& g, const Tensor& y);
 Tensor relu6(const Tensor& x);
 Tensor leaky_relu(const Tensor& x, double alpha = 0.2);
 Tensor elu(const Tensor& x, double alpha = 1.0);

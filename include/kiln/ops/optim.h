@@ -10,6 +10,11 @@
 // Dtypes: param, grad and every slot must have one floating dtype and one shape
 // (InvalidArgumentError otherwise); f16/bf16 compute in f32 and round the results.
 // Coefficients are computed in f64 and rounded to the compute type.
+//
+// `hyper` (optional): an f64 tensor [2] = (lr, step) that replaces the `lr` and `step`
+// arguments, read when the kernel runs. A traced training step feeds it per run, so
+// the learning rate (schedules, callbacks) and Adam's bias correction follow the
+// optimizer instead of being fixed in the trace.
 #include <cstdint>
 
 #include "kiln/core/tensor.h"
@@ -26,7 +31,8 @@ struct SgdUpdate {
   Tensor momentum;
 };
 SgdUpdate sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, double lr,
-                     double momentum = 0, bool nesterov = false, double weight_decay = 0);
+                     double momentum = 0, bool nesterov = false, double weight_decay = 0,
+                     const Tensor& hyper = {});
 
 // Adam (keras.optimizers.Adam / AdamW), step t >= 1 (1-based):
 //   alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)
@@ -40,7 +46,8 @@ struct AdamUpdate {
   Tensor v;
 };
 AdamUpdate adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, double lr,
-                       double beta_1, double beta_2, double epsilon, int64_t step, double weight_decay = 0);
+                       double beta_1, double beta_2, double epsilon, int64_t step, double weight_decay = 0,
+                       const Tensor& hyper = {});
 
 // RMSprop (keras.optimizers.RMSprop):
 //   v'  = rho * v + (1 - rho) * g^2
@@ -57,6 +64,7 @@ struct RmspropUpdate {
 };
 RmspropUpdate rmsprop_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
                              const Tensor& momentum_buf, const Tensor& average_grad, double lr, double rho,
-                             double momentum, double epsilon, bool centered, double weight_decay = 0);
+                             double momentum, double epsilon, bool centered, double weight_decay = 0,
+                             const Tensor& hyper = {});
 
 }  // namespace kiln::ops

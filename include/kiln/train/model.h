@@ -12,8 +12,18 @@
 // Sequential stacks single-input layers. Subclass Model and override call() for
 // imperative models.
 //
-// fit runs one GradientTape per batch: forward in training mode, loss (+ the
-// regularization losses), gradients of the trainable weights, optimizer step.
+// A training step is one GradientTape: forward in training mode, loss (+ the
+// regularization losses), gradients of the trainable weights, optimizer step. fit runs
+// it traced by default (as Keras's train_function): the first step runs eagerly (it
+// builds the layers and the optimizer's slots), the second is traced into one graph
+// with kiln::function (forward, gradients through the same vjp rules, updates; see
+// kiln/graph/function.h), and later steps run that graph: passes, fusion, one memory
+// plan, no per-op dispatch. The learning rate and step are fed to the graph on every
+// step, so schedules and callbacks behave as eagerly; dropout draws a fresh mask every
+// step. A batch of another shape (the last, smaller one) is traced once more.
+// CompileOptions::run_eagerly = true keeps every step eager (debugging, or code that
+// must see concrete values); so do optimizers that decide on the host
+// (Optimizer::traceable(): clipnorm, loss scaling).
 // Reproducible: with kiln::set_seed(s) before building and fit's shuffle_seed, two
 // runs produce the same weights and losses.
 //
@@ -31,6 +41,10 @@
 #include "kiln/train/metrics.h"
 #include "kiln/train/optimizers.h"
 
+namespace kiln {
+class Function;
+}
+
 namespace kiln::train {
 
 struct CompileOptions {
@@ -44,6 +58,8 @@ struct CompileOptions {
   // mixed policy); empty keeps the policies the layers were built with. Variables are
   // f32 under every policy, so this also works on a trained or restored model.
   std::string precision = "";
+  // Every training step eagerly (no trace); see the top of this file.
+  bool run_eagerly = false;
 };
 
 struct FitOptions {
@@ -105,7 +121,12 @@ class Model : public Layer {
   Tensor predict(const Tensor& x, int64_t batch_size = 32) { return predict(std::vector<Tensor>{x}, batch_size)[0]; }
 
   // One optimisation step on one batch; returns the batch loss and metric values.
+  // Traced unless run_eagerly (see the top of this file).
   Logs train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y);
+  // Steps the traced training function has run, and how many times it was traced
+  // (0 and 0 while steps run eagerly).
+  int64_t traced_steps() const { return traced_steps_; }
+  int num_train_traces() const;
 
   // Keras-style table: layer (type), output shape, params; totals.
   void summary(std::ostream& os) const;
@@ -163,6 +184,10 @@ class Model : public Layer {
   void split_batch(const data::Element& e, std::vector<Tensor>* x, std::vector<Tensor>* y, const char* what) const;
   // Sum of the (weighted) losses of every output.
   Tensor total_loss(const std::vector<Tensor>& y, const std::vector<Tensor>& preds);
+  // The step's loss and predictions; the optimizer's update with `hyper`/`step`
+  // (Optimizer::apply_gradients_traced) when they are given.
+  std::pair<Tensor, std::vector<Tensor>> step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                                              const Tensor& hyper = {}, const Tensor& iteration = {});
 
   std::vector<SymbolicTensor> inputs_, outputs_;
   std::vector<std::shared_ptr<SymbolicTensor::Node>> order_;  // non-input nodes, topological
@@ -171,6 +196,8 @@ class Model : public Layer {
   std::vector<MetricPtr> metrics_;
   std::vector<Shape> output_shapes_;  // per layer, for summary() (Sequential)
   TrainingRecord record_;
+  std::shared_ptr<kiln::Function> train_fn_;  // the traced step (made after one eager step)
+  int64_t traced_steps_ = 0;
 };
 using ModelPtr = std::shared_ptr<Model>;
 

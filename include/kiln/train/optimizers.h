@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -34,6 +35,20 @@ class Optimizer {
   // The loss the gradients are taken of: `loss` itself, or scaled (LossScaleOptimizer).
   virtual Tensor scale_loss(const Tensor& loss) const { return loss; }
 
+  // For a training step traced by kiln::function (Model::fit's default): as
+  // apply_gradients, but the learning rate and the 1-based step come from `hyper` (f64
+  // [2]: lr, step) and `iterations` is assigned `step` (i64 scalar), both arguments of
+  // the traced function fed on every call (step_inputs()), so the trace fixes nothing
+  // that changes from step to step (schedules, LearningRateScheduler, Adam's bias
+  // correction). Throws FailedPreconditionError when !traceable().
+  void apply_gradients_traced(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                              const Tensor& hyper, const Tensor& step);
+  // The (hyper, step) tensors for the next step: (learning_rate(), iterations() + 1).
+  std::pair<Tensor, Tensor> step_inputs() const;
+  // Whether an update can be traced: false where it decides on the host (clipnorm and
+  // global_clipnorm read gradient norms; LossScaleOptimizer skips steps on overflow).
+  virtual bool traceable() const { return opts_.clipnorm == 0 && opts_.global_clipnorm == 0; }
+
   // Creates the slots for `vars` (apply_gradients does it on first use); call before
   // restoring a checkpoint so the slots exist.
   virtual void build(const std::vector<Variable>& vars);
@@ -59,12 +74,16 @@ class Optimizer {
  protected:
   // Slots per variable (e.g. {"m", "v"}).
   virtual std::vector<std::string> slot_names() const = 0;
-  // Updates var (and slots) from grad at learning rate lr; step is 1-based.
+  // Updates var (and slots) from grad at learning rate lr; step is 1-based. When
+  // hyper_ is defined (a traced step), the update op takes it as its (lr, step) input.
   virtual void update(const Variable& var, const Tensor& grad, std::vector<Variable>& slots, double lr,
                       int64_t step) = 0;
   OptimizerOptions opts_;
+  Tensor hyper_;
 
  private:
+  void apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, const Tensor& hyper,
+             const Tensor& step);
   Variable iterations_;
   // The variables that have slots, in build order. Holding them keeps their uid()
   // (an address) from being reused by a new variable while the slots exist.
@@ -100,6 +119,7 @@ class LossScaleOptimizer final : public Optimizer {
   std::vector<Variable> slots(const Variable& var) const override { return inner_->slots(var); }
   const Variable& iterations_variable() const override { return inner_->iterations_variable(); }
   std::vector<Variable> state_variables() const override { return {scale_, good_steps_}; }
+  bool traceable() const override { return false; }
 
   double loss_scale() const;
   // Consecutive finite steps since the scale last changed.

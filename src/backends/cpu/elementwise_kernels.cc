@@ -207,6 +207,29 @@ void k_relu(OpContext& ctx) {
   unary_apply<T>(ctx, [](C x) -> C { return x > C(0) ? x : C(0); });
 }
 template <typename T>
+void k_relu_grad(OpContext& ctx) {
+  using C = compute_t<T>;
+  const T* g = static_cast<const T*>(ctx.in[0].raw_data());
+  const T* y = static_cast<const T*>(ctx.in[1].raw_data());
+  T* o = static_cast<T*>(ctx.out[0].raw_data());
+  parallel_for(ctx.in[0].numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+    if constexpr (kIs16<T>) {
+      float gb[kChunk], yb[kChunk];
+      for (int64_t i = b; i < e; i += kChunk) {
+        const int64_t m = std::min(kChunk, e - i);
+        load_f32(g + i, 1, gb, m);
+        load_f32(y + i, 1, yb, m);
+#pragma omp simd
+        for (int64_t j = 0; j < m; ++j) gb[j] = yb[j] > 0.0f ? gb[j] : 0.0f;
+        store_from_f32(gb, o + i, m);
+      }
+    } else {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) o[i] = y[i] > C(0) ? g[i] : C(0);
+    }
+  });
+}
+template <typename T>
 void k_identity(OpContext& ctx) {
   std::memcpy(ctx.out[0].raw_data(), ctx.in[0].raw_data(), ctx.in[0].nbytes());
 }
@@ -344,6 +367,7 @@ KILN_REG_FLOAT("cos", k_cos);
 KILN_REG_FLOAT("tanh", k_tanh);
 KILN_REG_FLOAT("sigmoid", k_sigmoid);
 KILN_REG_FLOAT("relu6", k_relu6);
+KILN_REG_FLOAT("relu_grad", k_relu_grad);
 KILN_REG_FLOAT("leaky_relu", k_leaky_relu);
 KILN_REG_FLOAT("elu", k_elu);
 KILN_REG_FLOAT("gelu", k_gelu);
@@ -359,6 +383,7 @@ KILN_REG_INT("round", k_identity);
 KILN_REG_NUMERIC("clip", k_clip);
 KILN_REG_ALL("where", k_where);
 KILN_REGISTER_KERNEL("cast", kCPU, KILN_ALL_DTYPES, k_cast);
+KILN_REG_ALL("stop_gradient", k_identity);
 
 }  // namespace
 }  // namespace kiln::cpu

@@ -70,13 +70,27 @@ void fused(OpContext& ctx, F f) {
   });
 }
 
+// The learning rate and step: from the attrs, or from the last input (f64 [2]) when
+// the op was given one (attr hyper).
+struct Hyper {
+  double lr;
+  double step;
+};
+Hyper hyper_of(const OpContext& ctx) {
+  if (ctx.attrs.get_bool("hyper", false)) {
+    const double* h = static_cast<const double*>(ctx.in.back().raw_data());
+    return {h[0], h[1]};
+  }
+  return {ctx.attrs.get_float("lr"), static_cast<double>(ctx.attrs.get_int("step", 1))};
+}
+
 // 1 - lr * weight_decay: decoupled weight decay as a factor on param.
-double decay_factor(const Attrs& a) { return 1.0 - a.get_float("lr") * a.get_float("weight_decay", 0); }
+double decay_factor(const Attrs& a, double lr) { return 1.0 - lr * a.get_float("weight_decay", 0); }
 
 template <typename T>
 void k_sgd(OpContext& ctx) {
-  const double lr_d = ctx.attrs.get_float("lr"), mu_d = ctx.attrs.get_float("momentum", 0);
-  const double decay_d = decay_factor(ctx.attrs);
+  const double lr_d = hyper_of(ctx).lr, mu_d = ctx.attrs.get_float("momentum", 0);
+  const double decay_d = decay_factor(ctx.attrs, lr_d);
   if (mu_d == 0) {
     fused<T, 2, 1>(ctx, [=](auto& blk) {
       using C = typename std::remove_reference_t<decltype(blk)>::value_type;
@@ -120,10 +134,11 @@ void k_sgd(OpContext& ctx) {
 template <typename T>
 void k_adam(OpContext& ctx) {
   const Attrs& a = ctx.attrs;
-  const double lr = a.get_float("lr"), b1 = a.get_float("beta_1"), b2 = a.get_float("beta_2");
-  const double t = static_cast<double>(a.get_int("step"));
+  const Hyper h = hyper_of(ctx);
+  const double lr = h.lr, t = h.step;
+  const double b1 = a.get_float("beta_1"), b2 = a.get_float("beta_2");
   const double alpha_d = lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t));
-  const double decay_d = decay_factor(a), eps_d = a.get_float("epsilon");
+  const double decay_d = decay_factor(a, lr), eps_d = a.get_float("epsilon");
   fused<T, 4, 3>(ctx, [=](auto& blk) {
     using C = typename std::remove_reference_t<decltype(blk)>::value_type;
     const C alpha = static_cast<C>(alpha_d), decay = static_cast<C>(decay_d), eps = static_cast<C>(eps_d);
@@ -151,8 +166,8 @@ void k_adam(OpContext& ctx) {
 template <typename T, bool MOM, bool CENTERED>
 void rmsprop(OpContext& ctx) {
   const Attrs& a = ctx.attrs;
-  const double lr_d = a.get_float("lr"), rho_d = a.get_float("rho"), mu_d = a.get_float("momentum", 0);
-  const double eps_d = a.get_float("epsilon"), decay_d = decay_factor(a);
+  const double lr_d = hyper_of(ctx).lr, rho_d = a.get_float("rho"), mu_d = a.get_float("momentum", 0);
+  const double eps_d = a.get_float("epsilon"), decay_d = decay_factor(a, lr_d);
   constexpr int kIn = 3 + MOM + CENTERED;
   fused<T, kIn, kIn - 1>(ctx, [=](auto& blk) {
     using C = typename std::remove_reference_t<decltype(blk)>::value_type;

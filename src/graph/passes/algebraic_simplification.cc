@@ -2,7 +2,7 @@
 //   x * 1, 1 * x, x + 0, 0 + x, x - 0, x / 1   -> x   (when the constant does not
 //                                                       broadcast x to a bigger shape or
 //                                                       change its dtype)
-//   reshape(x) to x's own shape, cast(x) to x's dtype -> x
+//   reshape(x) to x's own shape, cast(x) to x's dtype, stop_gradient(x) -> x
 //   reshape(reshape(x, s1), s2)                 -> reshape(x, s2)
 //   transpose(transpose(x, p), q), q o p = id   -> x
 //   cast(cast(x, wider), x.dtype), exact widening -> x
@@ -58,7 +58,7 @@ void simplify_algebra(Graph& g) {
     if (n.inputs.size() != 1) continue;
     const ValueRef x = n.inputs[0];
     const Node& src = g.nodes[static_cast<size_t>(x.node)];
-    if ((op == "reshape" || op == "cast") && same_as_out(x)) {
+    if ((op == "reshape" || op == "cast" || op == "stop_gradient") && same_as_out(x)) {
       forward(x);
     } else if (op == "reshape" && src.kind == NodeKind::kOp && src.op->name == "reshape") {
       n.inputs[0] = src.inputs[0];  // the outer reshape's attrs already name the final shape

@@ -1,6 +1,7 @@
 // Common-subexpression elimination: an op node with the same op, attrs and inputs as
 // an earlier one, or a small constant equal to an earlier one, is replaced by it (the
-// duplicate is left for dead-code elimination).
+// duplicate is left for dead-code elimination). Random ops that draw each run are
+// never merged.
 #include <cstring>
 #include <map>
 
@@ -13,7 +14,9 @@ void eliminate_common_subexpressions(Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     std::string key;
-    if (n.kind == NodeKind::kOp) {
+    if (n.stateful()) {
+      continue;
+    } else if (n.kind == NodeKind::kOp) {
       key = "op|" + n.op->name + "|" + n.attrs.str();
       for (ValueRef v : n.inputs) key += "|" + std::to_string(v.node) + ":" + std::to_string(v.index);
     } else if (n.kind == NodeKind::kConstant && n.constant.numel() <= 64) {

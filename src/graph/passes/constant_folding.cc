@@ -1,6 +1,7 @@
 // Constant folding: an op node whose inputs are all constants (or that has none) is
 // computed once, now, with the eager kernels, and becomes a constant. Outputs over
-// 64 MiB are left alone (they would bloat the graph).
+// 64 MiB are left alone (they would bloat the graph), and so are random ops that draw
+// new numbers each run.
 #include "kiln/graph/passes.h"
 
 namespace kiln::graph {
@@ -8,7 +9,7 @@ namespace kiln::graph {
 void fold_constants(Graph& g) {
   constexpr size_t kMaxBytes = size_t{64} << 20;
   for (Node& n : g.nodes) {
-    if (n.kind != NodeKind::kOp || n.outputs.size() != 1) continue;
+    if (n.kind != NodeKind::kOp || n.outputs.size() != 1 || n.stateful()) continue;
     bool all_const = true;
     for (ValueRef v : n.inputs) all_const = all_const && g.nodes[static_cast<size_t>(v.node)].kind == NodeKind::kConstant;
     const TensorMeta& m = n.outputs[0];

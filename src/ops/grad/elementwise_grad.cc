@@ -120,13 +120,19 @@ V sigmoid_vjp(const VjpContext& c) {
   const Tensor& y = c.outputs[0];
   return {ops::mul(ops::mul(c.cotangents[0], y), ops::sub(scalar_like(y, 1), y))};
 }
-// Two ops: one compare, one select (the hot path of every ReLU network). Reads the
-// output (y > 0 exactly where x > 0), not the input, so a graph can fuse the op that
-// made x into one kernel with the ReLU (src/graph/passes/matmul_bias_activation_fusion.cc).
+// One pass (relu_grad), the hot path of every ReLU network. Reads the output (y > 0
+// exactly where x > 0), not the input, so a graph can fuse the op that made x into one
+// kernel with the ReLU (src/graph/passes/matmul_bias_activation_fusion.cc).
 V relu_vjp(const VjpContext& c) {
   const Tensor& y = c.outputs[0];
   const Tensor& g = c.cotangents[0];
-  return {ops::where(ops::greater(y, scalar_like(y, 0)), g, scalar_like(g, 0))};
+  if (!is_floating(g.dtype()))  // integer ReLUs: no relu_grad kernel
+    return {ops::where(ops::greater(y, scalar_like(y, 0)), g, scalar_like(g, 0))};
+  return {ops::relu_grad(g, y)};
+}
+// Linear in g with the same mask; zero almost everywhere in y.
+V relu_grad_vjp(const VjpContext& c) {
+  return {c.needs(0) ? ops::relu_grad(c.cotangents[0], c.inputs[1]) : Tensor(), Tensor()};
 }
 V relu6_vjp(const VjpContext& c) {
   const Tensor& x = c.inputs[0];
@@ -216,6 +222,7 @@ KILN_REGISTER_VJP("cos", cos_vjp);
 KILN_REGISTER_VJP("tanh", tanh_vjp);
 KILN_REGISTER_VJP("sigmoid", sigmoid_vjp);
 KILN_REGISTER_VJP("relu", relu_vjp);
+KILN_REGISTER_VJP("relu_grad", relu_grad_vjp);
 KILN_REGISTER_VJP("relu6", relu6_vjp);
 KILN_REGISTER_VJP("leaky_relu", leaky_relu_vjp);
 KILN_REGISTER_VJP("elu", elu_vjp);
