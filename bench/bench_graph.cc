@@ -5,7 +5,8 @@
 //   mlp_train_step/<batch>: forward, tape gradients, SGD update of the same MLP;
 //   cnn_forward/<batch>: the built-in cnn's inference (counters: the memory plan's
 //     arena and the naive sum of its intermediates, MiB);
-//   chain/<n>: 20 small elementwise ops on n floats (dispatch-bound).
+//   chain/<n>: 20 small elementwise ops on n floats (dispatch-bound; tanh-bound at 65536);
+//   chain_mem/<n>: 30 cheap elementwise ops on n floats (memory-bound: fusion's case).
 // Run: build/default/bin/bench_graph --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include "kiln/autodiff/tape.h"
 #include "kiln/graph/function.h"
@@ -101,6 +102,18 @@ void chain(benchmark::State& st, bool traced) {
       {x}, traced);
 }
 
+// Memory-bound: 30 cheap ops over n floats (fused: one pass instead of 30).
+void chain_mem(benchmark::State& st, bool traced) {
+  Tensor x = ops::random_uniform({st.range(0)}, -1, 1, DType::kF32, 8);
+  run(st,
+      [](const std::vector<Tensor>& a) {
+        Tensor t = a[0];
+        for (int i = 0; i < 10; ++i) t = ops::relu(ops::add(ops::mul(t, ops::scalar(0.9f)), a[0]));
+        return std::vector<Tensor>{t};
+      },
+      {x}, traced);
+}
+
 }  // namespace
 
 BENCHMARK_CAPTURE(mlp_forward, kiln, true)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
@@ -111,5 +124,7 @@ BENCHMARK_CAPTURE(cnn_forward, kiln, true)->Arg(1)->Arg(64)->Unit(benchmark::kMi
 BENCHMARK_CAPTURE(cnn_forward, peer, false)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(chain, kiln, true)->Arg(64)->Arg(1 << 16)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(chain, peer, false)->Arg(64)->Arg(1 << 16)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(chain_mem, kiln, true)->Arg(1 << 22)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(chain_mem, peer, false)->Arg(1 << 22)->Unit(benchmark::kMicrosecond);
 
 KILN_BENCH_MAIN();

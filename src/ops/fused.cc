@@ -1,7 +1,8 @@
-// Fused ops that graph passes create (src/graph/passes/; fused_conv2d lives with
-// conv2d in nn_conv.cc, it shares its attrs): one kernel for what eager
-// mode runs as several ops. Not differentiable: graphs are differentiated before they
-// are fused (a traced train step already holds its backward ops).
+// Fused ops that graph passes create (kiln/ops/fused.h; fused_conv2d lives with
+// conv2d in nn_conv.cc, it shares its attrs): one kernel for what eager mode runs as
+// several ops.
+#include "kiln/ops/fused.h"
+
 #include "op_util.h"
 
 namespace kiln::ops {
@@ -33,5 +34,66 @@ KILN_REGISTER_OP(detail::make_def("fused_matmul", "activation(a @ b + bias), mad
                                    {"activation", AttrType::kString, "\"\" or \"relu\""}},
                                   Differentiable::kNo));
 
+// fused_elementwise: see kiln/ops/fused.h.
+constexpr const char* kFusableUnary[] = {"neg", "abs", "square", "exp", "log", "log1p", "sqrt", "rsqrt",
+                                         "reciprocal", "sin", "cos", "tanh", "sigmoid", "relu"};
+constexpr const char* kFusableBinary[] = {"add", "sub", "mul", "div", "maximum", "minimum", "relu_grad"};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t i = 0; i <= s.size(); ++i)
+    if (i == s.size() || s[i] == sep) {
+      out.push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  return out;
+}
+
+std::vector<TensorMeta> infer_fused_elementwise(std::span<const TensorMeta> in, const Attrs& attrs) {
+  auto fail = [](const std::string& why) { throw InvalidArgumentError("fused_elementwise: " + why); };
+  const std::vector<std::string> ops = split(attrs.get_string("ops"), ',');
+  const std::vector<int64_t>& args = attrs.get_ints("args");
+  if (in.empty() || ops.empty() || args.size() != 2 * ops.size())
+    fail("needs inputs, ops and two args per op (got " + std::to_string(in.size()) + " inputs, " +
+         std::to_string(ops.size()) + " ops, " + std::to_string(args.size()) + " args)");
+  Shape shape = in[0].shape;
+  for (const TensorMeta& m : in) {
+    if (m.dtype != DType::kF32) fail("inputs must be f32, got " + detail::dtype_str(m.dtype));
+    if (m.shape.numel() != 1) shape = m.shape;
+  }
+  for (const TensorMeta& m : in)
+    if (m.shape.numel() != 1 && m.shape != shape)
+      fail("inputs must have one shape or one element, got " + m.shape.str() + " and " + shape.str());
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const int64_t defined = static_cast<int64_t>(in.size() + k);  // registers before instruction k
+    bool unary = false, binary = false;
+    for (const char* u : kFusableUnary) unary = unary || ops[k] == u;
+    for (const char* b : kFusableBinary) binary = binary || ops[k] == b;
+    if (!unary && !binary) fail("op '" + ops[k] + "' cannot be fused");
+    const int64_t a = args[2 * k], b = args[2 * k + 1];
+    if (a < 0 || a >= defined || (binary && (b < 0 || b >= defined)) || (unary && b != -1))
+      fail("instruction " + std::to_string(k) + " (" + ops[k] + ") reads registers " + std::to_string(a) + ", " +
+           std::to_string(b) + " of " + std::to_string(defined));
+  }
+  return {{shape, DType::kF32}};
+}
+
+KILN_REGISTER_OP(detail::make_def("fused_elementwise",
+                                  "a chain of f32 elementwise ops in one loop, made by graph fusion", -1,
+                                  infer_fused_elementwise,
+                                  {{"ops", AttrType::kString, "op names, comma-separated, one per instruction"},
+                                   {"args", AttrType::kInts, "two input registers per instruction (-1: none)"}},
+                                  Differentiable::kNo));
+
 }  // namespace
+
+bool fusable_elementwise(const std::string& op, bool* binary) {
+  for (const char* u : kFusableUnary)
+    if (op == u) return (*binary = false), true;
+  for (const char* b : kFusableBinary)
+    if (op == b) return (*binary = true), true;
+  return false;
+}
+
 }  // namespace kiln::ops

@@ -99,7 +99,8 @@ TEST(FunctionTest, AssignmentsReplayInOrder) {
   EXPECT_CLOSE(acc.peek(), make<float>({6, 12, 18}, {3}), 0, 0);
   const Graph& g = f.concrete({one}).graph();
   ASSERT_EQ(g.assignments.size(), 1u);  // the last assignment of acc wins
-  EXPECT_EQ(g.count_ops("mul"), 1);
+  EXPECT_EQ(g.count_ops("fused_elementwise"), 1);  // (acc + x) * 2 in one loop
+  EXPECT_EQ(g.count_ops("mul"), 0);
 }
 
 TEST(FunctionTest, TracedTrainStepMatchesEagerSteps) {
@@ -212,12 +213,15 @@ TEST(FunctionTest, BadCallsAreClearErrors) {
 }
 
 TEST(ExecutorTest, MemoryPlanReusesBuffersOfAChain) {
-  // Ten elementwise ops in a chain: two live buffers at a time suffice.
+  // Ten elementwise ops in a chain: two live buffers at a time suffice (level 1:
+  // unfused, so the planner sees every intermediate).
+  FunctionOptions unfused;
+  unfused.optimization_level = 1;
   Function f = function([](const std::vector<Tensor>& x) {
     Tensor t = x[0];
     for (int i = 0; i < 10; ++i) t = i % 2 ? ops::exp(ops::neg(t)) : ops::tanh(t);
     return std::vector<Tensor>{t};
-  });
+  }, unfused);
   Tensor x = rand_tensor({128, 128}, DType::kF32, -1, 1, 11);
   Tensor want = f({x})[0];
   Tensor got = f({x})[0];
@@ -250,9 +254,11 @@ namespace kiln {
 namespace {
 
 TEST(ProfilerTest, ChromeTraceHasOneEventPerExecutedOp) {
+  FunctionOptions unfused;  // three ops, not one fused loop
+  unfused.optimization_level = 1;
   Function f = function([](const std::vector<Tensor>& x) {
     return std::vector<Tensor>{ops::exp(ops::tanh(ops::add(x[0], x[0])))};
-  });
+  }, unfused);
   Tensor x = testing::rand_tensor({3, 4}, DType::kF32);
   f({x});  // the tracing call runs eagerly: not in the profile
   graph::start_profiling();

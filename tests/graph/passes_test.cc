@@ -170,6 +170,72 @@ TEST(FusedMatmulOp, MatchesComposedOpsAndChecksShapes) {
 
 // Random graphs: chains and diamonds of elementwise ops over the input, constants and
 // duplicated subexpressions; the optimised graph must compute the same outputs.
+// A tree of elementwise ops becomes one fused_elementwise node; a value that is also
+// a graph output stays outside; an op of another shape (broadcast) stays outside.
+TEST(PassesTest, FusesElementwiseTrees) {
+  Tensor c = make<float>({0.5f, -1.f, 2.f, 1.f, 3.f}, {5});
+  Graph g = traced(
+      [&](const std::vector<Tensor>& x) {
+        Tensor a = ops::tanh(ops::mul(x[0], ops::scalar(2.0f)));          // fused (scalar broadcast)
+        Tensor b = ops::exp(ops::neg(ops::square(x[1])));                 // fused
+        Tensor shared = ops::sigmoid(x[0]);                                // an output too: kept
+        Tensor sum = ops::add(ops::add(a, b), ops::mul(shared, shared));   // root of the tree
+        Tensor row = ops::add(sum, c);                                     // [4,5] + [5]: a row broadcast, not fused
+        Tensor small = ops::relu(ops::sub(c, ops::scalar(1.0f)));          // [5]: folded (constant)
+        return std::vector<Tensor>{ops::relu_grad(row, x[1]), shared, small};
+      },
+      {ops::ones({4, 5}), ops::ones({4, 5})});
+  Tensor x0 = rand_tensor({4, 5}, DType::kF32, -2, 2, 7), x1 = rand_tensor({4, 5}, DType::kF32, -2, 2, 8);
+  std::vector<Tensor> want = run(g, {x0, x1});
+  optimize(g);
+  EXPECT_EQ(g.count_ops("fused_elementwise"), 1) << g.str();
+  EXPECT_EQ(g.count_ops("sigmoid"), 1) << g.str();  // the shared output
+  // fused, sigmoid, the row add, and relu_grad (alone: its producer broadcasts).
+  EXPECT_EQ(g.count_ops(), 4) << g.str();
+  EXPECT_EQ(g.count_ops("relu_grad"), 1) << g.str();
+  std::vector<Tensor> got = run(g, {x0, x1});
+  for (size_t k = 0; k < want.size(); ++k) EXPECT_CLOSE(got[k], want[k], 1e-6, 1e-6);
+}
+
+// Long chains on many elements: the fused loop equals the op-by-op results (blocks,
+// threads, tails) and the memory plan needs no intermediates.
+TEST(PassesTest, FusedElementwiseChainMatchesOpByOp) {
+  Function f = function([](const std::vector<Tensor>& x) {
+    Tensor t = x[0];
+    for (int i = 0; i < 20; ++i) t = i % 3 == 0 ? ops::tanh(t) : i % 3 == 1 ? ops::mul(t, x[1]) : ops::sub(t, ops::scalar(0.25f));
+    return std::vector<Tensor>{ops::maximum(ops::minimum(t, ops::scalar(0.5f)), ops::scalar(-0.5f))};
+  });
+  for (int64_t n : {1, 7, 513, 100003}) {
+    Tensor x = rand_tensor({n}, DType::kF32, -2, 2, 9), y = rand_tensor({n}, DType::kF32, 0.5, 1.5, 10);
+    Tensor got = f({x, y})[0];  // traced run (eager)
+    got = f({x, y})[0];         // the fused graph
+    Tensor t = x;
+    for (int i = 0; i < 20; ++i) t = i % 3 == 0 ? ops::tanh(t) : i % 3 == 1 ? ops::mul(t, y) : ops::sub(t, ops::scalar(0.25f));
+    SCOPED_TRACE(n);
+    EXPECT_CLOSE(got, ops::maximum(ops::minimum(t, ops::scalar(0.5f)), ops::scalar(-0.5f)), 1e-6, 1e-6);
+    const Graph& g = f.concrete({x, y}).graph();
+    EXPECT_EQ(g.count_ops(), 1) << g.str();
+    EXPECT_EQ(f.concrete({x, y}).executor().memory_stats({{x.shape(), x.dtype()}, {y.shape(), y.dtype()}}).num_buffers, 0);
+  }
+}
+
+TEST(FusedElementwiseOp, ChecksItsProgram) {
+  const OpDef& op = OpRegistry::global().get("fused_elementwise");
+  Tensor x = make<float>({1, -2, 3}, {3});
+  EXPECT_CLOSE(call_op1(op, std::vector<Tensor>{x, x}, {{"ops", std::string("mul,relu")}, {"args", std::vector<int64_t>{0, 1, 2, -1}}}),
+               make<float>({1, 4, 9}, {3}), 0, 0);
+  EXPECT_KILN_ERROR(call_op1(op, std::vector<Tensor>{x}, {{"ops", std::string("softmax")}, {"args", std::vector<int64_t>{0, -1}}}),
+                    kInvalidArgument, "cannot be fused");
+  EXPECT_KILN_ERROR(call_op1(op, std::vector<Tensor>{x}, {{"ops", std::string("add")}, {"args", std::vector<int64_t>{0, 1}}}),
+                    kInvalidArgument, "reads registers");
+  EXPECT_KILN_ERROR(call_op1(op, std::vector<Tensor>{x}, {{"ops", std::string("exp")}, {"args", std::vector<int64_t>{0}}}),
+                    kInvalidArgument, "two args per op");
+  EXPECT_KILN_ERROR(call_op1(op, std::vector<Tensor>{x, make<float>({1, 2}, {2})}, {{"ops", std::string("add")}, {"args", std::vector<int64_t>{0, 1}}}),
+                    kInvalidArgument, "one shape or one element");
+  EXPECT_KILN_ERROR(call_op1(op, std::vector<Tensor>{make<double>({1}, {1})}, {{"ops", std::string("exp")}, {"args", std::vector<int64_t>{0, -1}}}),
+                    kInvalidArgument, "must be f32");
+}
+
 TEST(PassesTest, RandomGraphsKeepTheirValues) {
   std::mt19937 rng(1234);
   for (int trial = 0; trial < 40; ++trial) {

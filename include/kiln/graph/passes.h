@@ -7,7 +7,8 @@
 // Level 1 (default): dead-code elimination, common-subexpression elimination,
 // constant folding, algebraic simplification (identity ops, x*1, x+0, double
 // transpose, reshape chains, cast round trips through a wider type, stop_gradient).
-// Level 2: fusion (matmul + bias + ReLU into fused_matmul, conv2d + ReLU into fused_conv2d).
+// Level 2: fusion (matmul + bias + ReLU into fused_matmul, conv2d + ReLU into
+// fused_conv2d, trees of f32 elementwise ops into fused_elementwise: one loop).
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@ void eliminate_common_subexpressions(Graph& g);
 void fold_constants(Graph& g);
 void simplify_algebra(Graph& g);
 void fuse_matmul_bias_activation(Graph& g);
+void fuse_elementwise(Graph& g);
 
 // Helpers for passes: every use of `from` (node inputs, outputs, assignments) now
 // reads `to`.

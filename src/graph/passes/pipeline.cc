@@ -16,6 +16,7 @@ const std::vector<Pass>& passes() {
       {"algebraic_simplification", 1, simplify_algebra},
       {"common_subexpression_elimination", 1, eliminate_common_subexpressions},
       {"matmul_bias_activation_fusion", 2, fuse_matmul_bias_activation},
+      {"elementwise_fusion", 2, fuse_elementwise},
       {"dead_code_elimination", 1, eliminate_dead_code},
   };
   return kPasses;
