@@ -142,6 +142,48 @@ TEST(PassesTest, FusesConvRelu) {
                     "unknown activation 'tanh'");
 }
 
+// conv2d -> batch_norm_inference (constants) -> relu: one fused_conv2d with the
+// statistics folded into its filter and bias; NHWC and NCHW, with and without a bias.
+TEST(PassesTest, FoldsBatchNormIntoConv) {
+  for (const char* layout : {"NHWC", "NCHW"}) {
+    for (bool with_bias : {false, true}) {
+      SCOPED_TRACE(std::string(layout) + (with_bias ? " bias" : ""));
+      const bool nhwc = std::string(layout) == "NHWC";
+      Tensor w = rand_tensor(nhwc ? Shape{3, 3, 2, 4} : Shape{4, 2, 3, 3}, DType::kF32, -1, 1, 21);
+      Tensor b = rand_tensor({4}, DType::kF32, -1, 1, 22), mean = rand_tensor({4}, DType::kF32, -1, 1, 23);
+      Tensor var = rand_tensor({4}, DType::kF32, 0.5, 2, 24), gamma = rand_tensor({4}, DType::kF32, 0.5, 1.5, 25);
+      Tensor beta = rand_tensor({4}, DType::kF32, -1, 1, 26);
+      ops::Conv2dOptions o;
+      o.padding = "same";
+      o.data_format = layout;
+      Graph g = traced(
+          [&](const std::vector<Tensor>& x) {
+            Tensor y = ops::conv2d(x[0], w, o, with_bias ? b : Tensor());
+            y = ops::batch_norm_inference(y, mean, var, gamma, beta, 1e-3, nhwc ? -1 : 1);
+            return std::vector<Tensor>{ops::relu(y)};
+          },
+          {ops::ones(nhwc ? Shape{2, 5, 5, 2} : Shape{2, 2, 5, 5})});
+      Tensor x = rand_tensor(nhwc ? Shape{2, 5, 5, 2} : Shape{2, 2, 5, 5}, DType::kF32, -1, 1, 27);
+      Tensor want = run(g, {x})[0];
+      optimize(g);
+      EXPECT_EQ(g.count_ops("batch_norm_inference"), 0) << g.str();
+      EXPECT_EQ(g.count_ops(), 1) << g.str();  // fused_conv2d: the ReLU fused after the fold
+      EXPECT_CLOSE(run(g, {x})[0], want, 1e-5, 1e-5);
+    }
+  }
+  // Statistics that are not constants (a variable: training can change them) stay.
+  Variable mv(ops::zeros({4}), "moving_mean");
+  Tensor w = rand_tensor({1, 1, 2, 4}, DType::kF32, -1, 1, 28);
+  Graph g = traced(
+      [&](const std::vector<Tensor>& x) {
+        return std::vector<Tensor>{ops::batch_norm_inference(ops::conv2d(x[0], w), mv.value(), ops::ones({4}),
+                                                             ops::ones({4}), ops::zeros({4}), 1e-3, -1)};
+      },
+      {ops::ones({1, 3, 3, 2})});
+  optimize(g);
+  EXPECT_EQ(g.count_ops("batch_norm_inference"), 1);
+}
+
 TEST(PassesTest, SharedMatmulIsNotFused) {
   Tensor w = rand_tensor({3, 2}, DType::kF32), b = rand_tensor({2}, DType::kF32);
   Graph g = traced(

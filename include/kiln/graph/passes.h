@@ -7,8 +7,9 @@
 // Level 1 (default): dead-code elimination, common-subexpression elimination,
 // constant folding, algebraic simplification (identity ops, x*1, x+0, double
 // transpose, reshape chains, cast round trips through a wider type, stop_gradient).
-// Level 2: fusion (matmul + bias + ReLU into fused_matmul, conv2d + ReLU into
-// fused_conv2d, trees of f32 elementwise ops into fused_elementwise: one loop).
+// Level 2: conv2d + batch_norm_inference folding (constant filter and statistics),
+// fusion (matmul + bias + ReLU into fused_matmul, conv2d + ReLU into fused_conv2d,
+// trees of f32 elementwise ops into fused_elementwise: one loop).
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@ void eliminate_dead_code(Graph& g);
 void eliminate_common_subexpressions(Graph& g);
 void fold_constants(Graph& g);
 void simplify_algebra(Graph& g);
+void fold_conv_batch_norm(Graph& g);
 void fuse_matmul_bias_activation(Graph& g);
 void fuse_elementwise(Graph& g);
 

@@ -15,6 +15,7 @@ const std::vector<Pass>& passes() {
       {"constant_folding", 1, fold_constants},
       {"algebraic_simplification", 1, simplify_algebra},
       {"common_subexpression_elimination", 1, eliminate_common_subexpressions},
+      {"conv_batch_norm_folding", 2, fold_conv_batch_norm},
       {"matmul_bias_activation_fusion", 2, fuse_matmul_bias_activation},
       {"elementwise_fusion", 2, fuse_elementwise},
       {"dead_code_elimination", 1, eliminate_dead_code},
