@@ -6,11 +6,15 @@
 //   cnn_forward/<batch>: the built-in cnn's inference (counters: the memory plan's
 //     arena and the naive sum of its intermediates, MiB);
 //   chain/<n>: 20 small elementwise ops on n floats (dispatch-bound; tanh-bound at 65536);
-//   chain_mem/<n>: 30 cheap elementwise ops on n floats (memory-bound: fusion's case).
+//   chain_mem/<n>: 30 cheap elementwise ops on n floats (memory-bound: fusion's case);
+//   model_train_step/cnn:<0|1>: Model::train_step of the built-in mlp (0) or cnn (1),
+//     traced (fit's default) vs run_eagerly.
 // Run: build/default/bin/bench_graph --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include "kiln/autodiff/tape.h"
 #include "kiln/graph/function.h"
 #include "kiln/kiln.h"
+#include "kiln/train/layers.h"
+#include "kiln/train/model.h"
 #include "ratio_reporter.h"
 
 using namespace kiln;
@@ -114,8 +118,40 @@ void chain_mem(benchmark::State& st, bool traced) {
       {x}, traced);
 }
 
+// Model::train_step of the CLI's built-in models (Adam, sparse cross-entropy, batch
+// 128): "kiln" = the traced step fit runs by default, "peer" = run_eagerly.
+train::ModelPtr builtin(bool cnn) {
+  namespace L = train::layers;
+  set_seed(1);
+  if (!cnn)
+    return std::make_shared<train::Sequential>(
+        std::vector<train::LayerPtr>{L::Dense(256, "relu"), L::Dense(128, "relu"), L::Dense(10)}, Shape{784});
+  train::layers::Conv2DOptions same;
+  same.padding = "same";
+  same.activation = "relu";
+  return std::make_shared<train::Sequential>(
+      std::vector<train::LayerPtr>{L::Conv2D(32, {3, 3}, same), L::MaxPool2D(), L::Conv2D(64, {3, 3}, same),
+                                   L::MaxPool2D(), L::Flatten(), L::Dense(128, "relu"), L::Dense(10)},
+      Shape{28, 28, 1});
+}
+
+void model_train_step(benchmark::State& st, bool traced) {
+  const bool cnn = st.range(0) == 1;
+  train::ModelPtr m = builtin(cnn);
+  train::CompileOptions co{train::optimizers::Adam(), {train::losses::SparseCategoricalCrossentropy(true)}, {"accuracy"}};
+  co.run_eagerly = !traced;
+  m->compile(co);
+  Tensor x = cnn ? ops::random_uniform({128, 28, 28, 1}, 0, 1, DType::kF32, 9)
+                 : ops::random_uniform({128, 784}, 0, 1, DType::kF32, 9);
+  Tensor y = ops::cast(ops::random_uniform({128}, 0, 10, DType::kF32, 10), DType::kI32);
+  for (int i = 0; i < 3; ++i) m->train_step({x}, {y});  // build, trace
+  for (auto _ : st) benchmark::DoNotOptimize(m->train_step({x}, {y}));
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(model_train_step, kiln, true)->ArgName("cnn")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(model_train_step, peer, false)->ArgName("cnn")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mlp_forward, kiln, true)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(mlp_forward, peer, false)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(mlp_train_step, kiln, true)->Arg(128)->Unit(benchmark::kMicrosecond);
