@@ -212,7 +212,9 @@ void k_relu_grad(OpContext& ctx) {
   const T* g = static_cast<const T*>(ctx.in[0].raw_data());
   const T* y = static_cast<const T*>(ctx.in[1].raw_data());
   T* o = static_cast<T*>(ctx.out[0].raw_data());
-  parallel_for(ctx.in[0].numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+  // Pointers by value and both loads unconditional: the select vectorises (a branch
+  // on the sign of y mispredicts half the time and ran 5x slower).
+  parallel_for(ctx.in[0].numel(), kElementwiseGrain, [g, y, o](int64_t b, int64_t e) {
     if constexpr (kIs16<T>) {
       float gb[kChunk], yb[kChunk];
       for (int64_t i = b; i < e; i += kChunk) {
@@ -224,8 +226,14 @@ void k_relu_grad(OpContext& ctx) {
         store_from_f32(gb, o + i, m);
       }
     } else {
+      const T* __restrict gp = g;
+      const T* __restrict yp = y;
+      T* __restrict op = o;
 #pragma omp simd
-      for (int64_t i = b; i < e; ++i) o[i] = y[i] > C(0) ? g[i] : C(0);
+      for (int64_t i = b; i < e; ++i) {
+        const C gi = gp[i], yi = yp[i];
+        op[i] = yi > C(0) ? gi : C(0);
+      }
     }
   });
 }
@@ -279,20 +287,33 @@ void k_where(OpContext& ctx) {
   T* o = static_cast<T*>(ctx.out[0].raw_data());
   const int64_t sc = plan.inner_stride(0), sx = plan.inner_stride(1), sy = plan.inner_stride(2);
   plan.run([&](const int64_t* off, int64_t oo, int64_t n) {
-    const bool* cc = c + off[0];
-    const T* xx = x + off[1];
-    const T* yy = y + off[2];
-    T* out = o + oo;
-    // Unit-stride fast paths (vectorisable): same-shape operands, or a scalar branch as
-    // in the ReLU gradient where(x > 0, g, 0).
+    const bool* __restrict cc = c + off[0];
+    const T* __restrict xx = x + off[1];
+    const T* __restrict yy = y + off[2];
+    T* __restrict out = o + oo;
+    // Unit-stride fast paths: same-shape operands, or a scalar branch. Both loads are
+    // unconditional so the select vectorises (a data-dependent branch mispredicts on
+    // random masks and ran ~5x slower).
     if (sc == 1 && sx == 1 && sy == 1) {
-      for (int64_t i = 0; i < n; ++i) out[i] = cc[i] ? xx[i] : yy[i];
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        const T a = xx[i], b = yy[i];
+        out[i] = cc[i] ? a : b;
+      }
     } else if (sc == 1 && sx == 1 && sy == 0) {
       const T yv = yy[0];
-      for (int64_t i = 0; i < n; ++i) out[i] = cc[i] ? xx[i] : yv;
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        const T a = xx[i];
+        out[i] = cc[i] ? a : yv;
+      }
     } else if (sc == 1 && sx == 0 && sy == 1) {
       const T xv = xx[0];
-      for (int64_t i = 0; i < n; ++i) out[i] = cc[i] ? xv : yy[i];
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        const T b = yy[i];
+        out[i] = cc[i] ? xv : b;
+      }
     } else {
       for (int64_t i = 0; i < n; ++i) out[i] = cc[i * sc] ? xx[i * sx] : yy[i * sy];
     }
