@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""PyTorch peer of bench/bench_inference.cc (issue 4: inference latency, batch 1 and 64,
+mlp and cnn): reads a kiln model package's variables.safetensors with numpy, builds the
+same model in torch.nn with those weights and times it under torch.inference_mode().
+
+Input as kiln's: mlp x[N,784]; cnn x[N,28,28,1] NHWC. Variants timed, the fastest
+reported (all reported in "variants_median_us"):
+  eager          mlp: Linear/ReLU; cnn: NHWC -> contiguous NCHW, Conv2d (padding 1), the
+                 first dense kernel's rows permuted to the (C,H,W) flatten order;
+  channels_last  cnn only: the NHWC input viewed as a channels_last NCHW tensor (no copy),
+                 flattened back in (H,W,C) order as kiln does (no weight permutation);
+  jit:<variant>  torch.jit.trace + torch.jit.freeze of the variant;
+  ofi:<variant>  torch.jit.trace + torch.jit.optimize_for_inference (freeze plus oneDNN
+                 layout and fusion rewrites).
+Outputs are checked against `kiln run` on the same package (max |diff| <= 1e-4).
+Prints one JSON line per batch:
+  {"runtime":"torch","model":"cnn","batch":1,"runs":200,"median_us":...,"variant":...}
+Run with Debian's torch (system interpreter), without this machine's OpenBLAS throttles:
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \\
+    /usr/bin/python3 bench/inference_torch.py DIR [--batches 1,64] [--runs N] [--kiln BIN]
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+          "I8": np.int8, "U8": np.uint8}
+
+
+# The package helpers repeat bench/inference_peers.py's: that one runs in the venv
+# (onnxruntime), this one in the system interpreter (Debian's torch).
+def resolve_version(d):
+    if os.path.exists(os.path.join(d, "manifest.json")):
+        return d
+    vs = [int(n) for n in os.listdir(d) if re.fullmatch(r"[1-9][0-9]*", n) and os.path.isdir(os.path.join(d, n))]
+    if not vs:
+        sys.exit(f"no model package at {d}")
+    return os.path.join(d, str(max(vs)))
+
+
+def load_weights(d):
+    with open(os.path.join(d, "variables.safetensors"), "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        lo, hi = v["data_offsets"]
+        out[k] = np.frombuffer(data[base + lo:base + hi], dtype=DTYPES[v["dtype"]]).reshape(v["shape"]).copy()
+    return out
+
+
+def input_shape(kind, batch):
+    return [batch, 784] if kind == "mlp" else [batch, 28, 28, 1]
+
+
+def kiln_reference(kiln, d, x):
+    show = subprocess.run([kiln, "show", "--dir", d, "--all"], check=True, capture_output=True, text=True).stdout
+    sig = show[show.index("signature_def['serving_default']"):]
+    name = re.search(r"inputs\['([^']+)'\]", sig).group(1)
+    with tempfile.TemporaryDirectory() as t:
+        np.save(f"{t}/x.npy", x)
+        subprocess.run([kiln, "run", "--dir", d, "--input", f"{name}={t}/x.npy", "--output_dir", f"{t}/out"],
+                       check=True, capture_output=True)
+        outs = glob.glob(f"{t}/out/*.npy")
+        if len(outs) != 1:
+            sys.exit(f"kiln run wrote {outs}, expected one output")
+        return np.load(outs[0])
+
+
+def linear(w, layer, kernel=None):
+    k = w[f"{layer}/kernel"] if kernel is None else kernel
+    m = nn.Linear(k.shape[0], k.shape[1])
+    m.weight.data = torch.from_numpy(np.ascontiguousarray(k.T))
+    m.bias.data = torch.from_numpy(w[f"{layer}/bias"])
+    return m
+
+
+def conv(w, layer):
+    k = w[f"{layer}/kernel"]  # HWIO
+    m = nn.Conv2d(k.shape[2], k.shape[3], 3, padding=1)
+    m.weight.data = torch.from_numpy(np.ascontiguousarray(k.transpose(3, 2, 0, 1)))
+    m.bias.data = torch.from_numpy(w[f"{layer}/bias"])
+    return m
+
+
+class Cnn(nn.Module):
+    def __init__(self, w, channels_last):
+        super().__init__()
+        self.channels_last = channels_last
+        self.features = nn.Sequential(conv(w, "conv2d"), nn.ReLU(), nn.MaxPool2d(2), conv(w, "conv2d_1"), nn.ReLU(),
+                                      nn.MaxPool2d(2))
+        k = w["dense/kernel"]
+        if not channels_last:  # rows from kiln's (h, w, c) flatten order to (c, h, w)
+            k = k.reshape(7, 7, 64, 128).transpose(2, 0, 1, 3).reshape(3136, 128)
+        self.head = nn.Sequential(linear(w, "dense", k), nn.ReLU(), linear(w, "dense_1"), nn.Softmax(dim=-1))
+        if channels_last:
+            self.features = self.features.to(memory_format=torch.channels_last)
+
+    def forward(self, x):  # x: [N, 28, 28, 1] NHWC
+        x = x.permute(0, 3, 1, 2)  # NCHW view with channels_last strides
+        if not self.channels_last:
+            x = x.contiguous()
+        h = self.features(x)
+        if self.channels_last:
+            h = h.permute(0, 2, 3, 1)  # (h, w, c), contiguous in channels_last memory
+        return self.head(h.reshape(h.shape[0], -1))
+
+
+def build(kind, w, variant):
+    if kind == "mlp":
+        return nn.Sequential(linear(w, "dense"), nn.ReLU(), linear(w, "dense_1"), nn.ReLU(), linear(w, "dense_2"),
+                             nn.Softmax(dim=-1)).eval()
+    return Cnn(w, variant == "channels_last").eval()
+
+
+def time_calls(fn, runs):
+    for _ in range(max(10, runs // 10)):
+        fn()
+    us = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        us.append((time.perf_counter() - t0) * 1e6)
+    us.sort()
+    return us
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("dir")
+    p.add_argument("--batches", default="1,64")
+    p.add_argument("--runs", type=int, default=0, help="default: 200 for batch 1, 50 for larger")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--kiln", default="build/default/bin/kiln")
+    p.add_argument("--no-check", action="store_true")
+    p.add_argument("--no-jit", action="store_true")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.set_num_interop_threads(1)
+
+    d = resolve_version(a.dir)
+    w = load_weights(d)
+    kind = "cnn" if "conv2d/kernel" in w else "mlp"
+    rng = np.random.default_rng(0)
+    xc = torch.from_numpy(rng.random(input_shape(kind, 8), dtype=np.float32))
+
+    models = {}
+    with torch.no_grad():  # not inference_mode: inference tensors break optimize_for_inference
+        for v in (["eager"] if kind == "mlp" else ["eager", "channels_last"]):
+            models[v] = build(kind, w, v)
+    if not a.no_jit:
+        with torch.no_grad():  # tracing under inference_mode is not supported in 1.13
+            for v in [v for v in models if not v.startswith(("jit:", "ofi:"))]:
+                traced = torch.jit.trace(models[v], xc)
+                models["jit:" + v] = torch.jit.freeze(traced)
+                # freeze + oneDNN rewrites (mkldnn convolution/linear layouts, fusions)
+                models["ofi:" + v] = torch.jit.optimize_for_inference(torch.jit.trace(models[v], xc))
+
+    check = {}
+    if not a.no_check:
+        ref = kiln_reference(a.kiln, d, xc.numpy())
+        diffs = {}
+        with torch.inference_mode():
+            for v, m in models.items():
+                diffs[v] = float(np.max(np.abs(m(xc).numpy() - ref)))
+        worst = max(diffs.values())
+        check = {"max_abs_diff_vs_kiln": worst}
+        if not worst <= 1e-4:
+            sys.exit(f"torch {kind}: output differs from kiln run: {diffs} (> 1e-4)")
+
+    for batch in [int(b) for b in a.batches.split(",") if b]:
+        runs = a.runs or (200 if batch <= 1 else 50)
+        x = torch.from_numpy(rng.random(input_shape(kind, batch), dtype=np.float32))
+        variants = {}
+        with torch.inference_mode():
+            for v, m in models.items():
+                variants[v] = time_calls(lambda: m(x), runs)
+        med = {k: v[len(v) // 2] for k, v in variants.items()}
+        best = min(med, key=med.get)
+        us = variants[best]
+        print(json.dumps({"runtime": "torch", "model": kind, "batch": batch, "runs": runs,
+                          "median_us": round(med[best], 1), "min_us": round(us[0], 1),
+                          "p90_us": round(us[min(len(us) - 1, int(0.9 * len(us)))], 1), "variant": best,
+                          "variants_median_us": {k: round(v, 1) for k, v in med.items()},
+                          "torch": torch.__version__, **check}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
