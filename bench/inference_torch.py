@@ -20,66 +20,14 @@ Run with Debian's torch (system interpreter), without this machine's OpenBLAS th
     /usr/bin/python3 bench/inference_torch.py DIR [--batches 1,64] [--runs N] [--kiln BIN]
 """
 import argparse
-import glob
 import json
-import os
-import re
-import struct
-import subprocess
 import sys
-import tempfile
-import time
 
 import numpy as np
 import torch
 from torch import nn
 
-DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I64": np.int64, "I32": np.int32,
-          "I8": np.int8, "U8": np.uint8}
-
-
-# The package helpers repeat bench/inference_peers.py's: that one runs in the venv
-# (onnxruntime), this one in the system interpreter (Debian's torch).
-def resolve_version(d):
-    if os.path.exists(os.path.join(d, "manifest.json")):
-        return d
-    vs = [int(n) for n in os.listdir(d) if re.fullmatch(r"[1-9][0-9]*", n) and os.path.isdir(os.path.join(d, n))]
-    if not vs:
-        sys.exit(f"no model package at {d}")
-    return os.path.join(d, str(max(vs)))
-
-
-def load_weights(d):
-    with open(os.path.join(d, "variables.safetensors"), "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        lo, hi = v["data_offsets"]
-        out[k] = np.frombuffer(data[base + lo:base + hi], dtype=DTYPES[v["dtype"]]).reshape(v["shape"]).copy()
-    return out
-
-
-def input_shape(kind, batch):
-    return [batch, 784] if kind == "mlp" else [batch, 28, 28, 1]
-
-
-def kiln_reference(kiln, d, x):
-    show = subprocess.run([kiln, "show", "--dir", d, "--all"], check=True, capture_output=True, text=True).stdout
-    sig = show[show.index("signature_def['serving_default']"):]
-    name = re.search(r"inputs\['([^']+)'\]", sig).group(1)
-    with tempfile.TemporaryDirectory() as t:
-        np.save(f"{t}/x.npy", x)
-        subprocess.run([kiln, "run", "--dir", d, "--input", f"{name}={t}/x.npy", "--output_dir", f"{t}/out"],
-                       check=True, capture_output=True)
-        outs = glob.glob(f"{t}/out/*.npy")
-        if len(outs) != 1:
-            sys.exit(f"kiln run wrote {outs}, expected one output")
-        return np.load(outs[0])
+from inference_common import resolve_version, load_weights, input_shape, kiln_reference, time_calls
 
 
 def linear(w, layer, kernel=None):
@@ -126,18 +74,6 @@ def build(kind, w, variant):
         return nn.Sequential(linear(w, "dense"), nn.ReLU(), linear(w, "dense_1"), nn.ReLU(), linear(w, "dense_2"),
                              nn.Softmax(dim=-1)).eval()
     return Cnn(w, variant == "channels_last").eval()
-
-
-def time_calls(fn, runs):
-    for _ in range(max(10, runs // 10)):
-        fn()
-    us = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        us.append((time.perf_counter() - t0) * 1e6)
-    us.sort()
-    return us
 
 
 def main():
