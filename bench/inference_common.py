@@ -1,6 +1,7 @@
 """Helpers shared by bench/inference_peers.py (onnxruntime, run by the venv's python) and
 bench/inference_torch.py (PyTorch, run by Debian's /usr/bin/python3): reading a kiln
 model package's weights without kiln, and timing calls. numpy only."""
+import argparse
 import glob
 import json
 import os
@@ -69,3 +70,28 @@ def time_calls(fn, runs):
         us.append((time.perf_counter() - t0) * 1e6)
     us.sort()
     return us
+
+
+def report(runtime, kind, batch, runs, variants, extra):
+    """Prints the JSON line of the fastest variant (by median) of `variants` {name: sorted us}."""
+    med = {k: v[len(v) // 2] for k, v in variants.items()}
+    best = min(med, key=med.get)
+    us = variants[best]
+    print(json.dumps({"runtime": runtime, "model": kind, "batch": batch, "runs": runs,
+                      "median_us": round(med[best], 1), "min_us": round(us[0], 1),
+                      "p90_us": round(us[min(len(us) - 1, int(0.9 * len(us)))], 1), "variant": best,
+                      "variants_median_us": {k: round(v, 1) for k, v in med.items()}, **extra}), flush=True)
+
+
+def arguments(extra=()):
+    """The peers' command line: DIR [--batches] [--runs] [--threads] [--kiln] [--no-check] + extra flags."""
+    p = argparse.ArgumentParser()
+    p.add_argument("dir")
+    p.add_argument("--batches", default="1,64")
+    p.add_argument("--runs", type=int, default=0, help="default: 200 for batch 1, 50 for larger")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--kiln", default="build/default/bin/kiln")
+    p.add_argument("--no-check", action="store_true")
+    for flag in extra:
+        p.add_argument(flag, action="store_true")
+    return p.parse_args()

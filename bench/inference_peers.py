@@ -18,13 +18,11 @@ Prints one JSON line per batch:
 Run: build/venv/bin/python bench/inference_peers.py DIR [--batches 1,64] [--runs N]
      [--kiln build/default/bin/kiln]   (needs `pip install onnxruntime onnx` in the venv)
 """
-import argparse
-import json
 import sys
 
 import numpy as np
 
-from inference_common import resolve_version, load_weights, model_kind, input_shape, kiln_reference, time_calls
+from inference_common import arguments, resolve_version, load_weights, model_kind, input_shape, kiln_reference, report, time_calls
 
 
 def build_onnx(kind, w):
@@ -78,14 +76,7 @@ def build_onnx(kind, w):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("dir")
-    p.add_argument("--batches", default="1,64")
-    p.add_argument("--runs", type=int, default=0, help="default: 200 for batch 1, 50 for larger")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--kiln", default="build/default/bin/kiln")
-    p.add_argument("--no-check", action="store_true")
-    a = p.parse_args()
+    a = arguments(())
     import onnxruntime as ort
 
     d = resolve_version(a.dir)
@@ -118,14 +109,7 @@ def main():
         binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(x))
         binding.bind_output("y")
         variants["iobinding"] = time_calls(lambda: sess.run_with_iobinding(binding), runs)
-        med = {k: v[len(v) // 2] for k, v in variants.items()}
-        best = min(med, key=med.get)
-        us = variants[best]
-        print(json.dumps({"runtime": "ort", "model": kind, "batch": batch, "runs": runs,
-                          "median_us": round(med[best], 1), "min_us": round(us[0], 1),
-                          "p90_us": round(us[min(len(us) - 1, int(0.9 * len(us)))], 1), "variant": best,
-                          "variants_median_us": {k: round(v, 1) for k, v in med.items()},
-                          "onnxruntime": ort.__version__, **check}), flush=True)
+        report("ort", kind, batch, runs, variants, {"onnxruntime": ort.__version__, **check})
 
 
 if __name__ == "__main__":

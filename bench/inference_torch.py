@@ -19,15 +19,13 @@ Run with Debian's torch (system interpreter), without this machine's OpenBLAS th
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \\
     /usr/bin/python3 bench/inference_torch.py DIR [--batches 1,64] [--runs N] [--kiln BIN]
 """
-import argparse
-import json
 import sys
 
 import numpy as np
 import torch
 from torch import nn
 
-from inference_common import resolve_version, load_weights, input_shape, kiln_reference, time_calls
+from inference_common import arguments, resolve_version, load_weights, input_shape, kiln_reference, report, time_calls
 
 
 def linear(w, layer, kernel=None):
@@ -77,15 +75,7 @@ def build(kind, w, variant):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("dir")
-    p.add_argument("--batches", default="1,64")
-    p.add_argument("--runs", type=int, default=0, help="default: 200 for batch 1, 50 for larger")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--kiln", default="build/default/bin/kiln")
-    p.add_argument("--no-check", action="store_true")
-    p.add_argument("--no-jit", action="store_true")
-    a = p.parse_args()
+    a = arguments(("--no-jit",))
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
 
@@ -126,14 +116,7 @@ def main():
         with torch.inference_mode():
             for v, m in models.items():
                 variants[v] = time_calls(lambda: m(x), runs)
-        med = {k: v[len(v) // 2] for k, v in variants.items()}
-        best = min(med, key=med.get)
-        us = variants[best]
-        print(json.dumps({"runtime": "torch", "model": kind, "batch": batch, "runs": runs,
-                          "median_us": round(med[best], 1), "min_us": round(us[0], 1),
-                          "p90_us": round(us[min(len(us) - 1, int(0.9 * len(us)))], 1), "variant": best,
-                          "variants_median_us": {k: round(v, 1) for k, v in med.items()},
-                          "torch": torch.__version__, **check}), flush=True)
+        report("torch", kind, batch, runs, variants, {"torch": torch.__version__, **check})
 
 
 if __name__ == "__main__":
