@@ -23,7 +23,9 @@
 // step. A batch of another shape (the last, smaller one) is traced once more.
 // CompileOptions::run_eagerly = true keeps every step eager (debugging, or code that
 // must see concrete values); so do optimizers that decide on the host
-// (Optimizer::traceable(): clipnorm, loss scaling).
+// (Optimizer::traceable(): clipnorm, loss scaling). As in Keras, the trace fixes what
+// the step read on the host: changing a layer's `trainable` flag, or code in a custom
+// call() that branches on tensor values, takes effect after compile() again.
 // Reproducible: with kiln::set_seed(s) before building and fit's shuffle_seed, two
 // runs produce the same weights and losses.
 //
