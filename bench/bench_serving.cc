@@ -30,17 +30,22 @@
 
 using namespace kiln;
 
+// Writes version 1 of a one-signature package (overwriting) and prints its path.
+static int export_one(const std::string& dir, const package::ExportSignature& s) {
+  package::ExportOptions o;
+  o.version = 1;
+  o.overwrite = true;
+  std::printf("%s\n", package::export_package(dir, {s}, o).c_str());
+  return 0;
+}
+
 static int export_tiny(const std::string& dir) {
   auto w = std::make_shared<Variable>(Tensor::from_vector<float>(std::vector<float>(40, 0.05f), Shape{10, 4}), "w");
   package::ExportSignature s;
   s.fn = [w](const std::vector<Tensor>& x) { return std::vector<Tensor>{ops::softmax(ops::matmul(x[0], w->value()), -1)}; };
   s.inputs = {{"x", {{-1, 10}, DType::kF32}}};
   s.output_names = {"probs"};
-  package::ExportOptions o;
-  o.version = 1;
-  o.overwrite = true;
-  std::printf("%s\n", package::export_package(dir, {s}, o).c_str());
-  return 0;
+  return export_one(dir, s);
 }
 
 static int export_wide(const std::string& dir) {
@@ -59,11 +64,7 @@ static int export_wide(const std::string& dir) {
   };
   s.inputs = {{"x", {{-1, 784}, DType::kF32}}};
   s.output_names = {"probs"};
-  package::ExportOptions o;
-  o.version = 1;
-  o.overwrite = true;
-  std::printf("%s\n", package::export_package(dir, {s}, o).c_str());
-  return 0;
+  return export_one(dir, s);
 }
 
 static int grpc_load(int port, const std::string& model, double seconds, int conns, int features) {

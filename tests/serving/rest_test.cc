@@ -31,6 +31,16 @@ class Rest : public ::testing::Test {
     server_->start();
     port_ = server_->rest_port();
   }
+  // Batching that waits 300 ms for a batch to fill: a request stays queued long enough
+  // to pass its deadline or lose its client.
+  void start_batched_slow() {
+    std::string file = batching_dir_.file("batching.txt");
+    kiln::testing::write_bytes(file, "max_batch_size { value: 64 }\nbatch_timeout_micros { value: 300000 }\n");
+    ServerOptions o;
+    o.enable_batching = true;
+    o.batching_parameters_file = file;
+    start(o);
+  }
   testing::HttpResult post(const std::string& target, const std::string& body, const std::string& headers = "") {
     return http_request(port_, "POST", target, body, headers);
   }
@@ -43,6 +53,7 @@ class Rest : public ::testing::Test {
     return out;
   }
   TempDir dir_{"rest"};
+  TempDir batching_dir_{"rest"};  // outlives the server (declared before it)
   std::unique_ptr<Server> server_;
   int port_ = 0;
 };
@@ -215,13 +226,7 @@ TEST_F(Rest, SlowAndTruncatedClientsAreCutOffWhileOthersAreServed) {
 }
 
 TEST_F(Rest, DeadlinesAnswer504WithoutRunning) {
-  TempDir bp("rest");
-  std::string file = bp.file("batching.txt");
-  kiln::testing::write_bytes(file, "max_batch_size { value: 64 }\nbatch_timeout_micros { value: 300000 }\n");
-  ServerOptions o;
-  o.enable_batching = true;
-  o.batching_parameters_file = file;
-  start(o);
+  start_batched_slow();
   auto r = post("/v1/models/mlp:predict", kTwoRows, "X-Request-Timeout-Ms: 30\r\n");
   EXPECT_EQ(r.status, 504) << r.body;
   EXPECT_NE(r.body.find("deadline"), std::string::npos) << r.body;
@@ -230,20 +235,9 @@ TEST_F(Rest, DeadlinesAnswer504WithoutRunning) {
   EXPECT_EQ(post("/v1/models/mlp:predict?timeout_ms=5000", kTwoRows).status, 200);
 }
 
-}  // namespace
-}  // namespace kiln::serving
-
-namespace kiln::serving {
-namespace {
 
 TEST_F(Rest, ClientsThatLeaveAreCancelledAndNotRun) {
-  TempDir bp("rest");
-  std::string file = bp.file("batching.txt");
-  kiln::testing::write_bytes(file, "max_batch_size { value: 64 }\nbatch_timeout_micros { value: 300000 }\n");
-  ServerOptions o;
-  o.enable_batching = true;
-  o.batching_parameters_file = file;
-  start(o);
+  start_batched_slow();
   {
     net::io_context ioc;
     tcp::socket sock(ioc);

@@ -42,10 +42,14 @@ ValueRef insert_constant(Graph& g, int pos, Tensor value) {
 void fold_conv_batch_norm(Graph& g) {
   bool folded_any = false;
   std::map<ValueRef, int> uses;
-  for (const Node& n : g.nodes)
-    for (ValueRef v : n.inputs) ++uses[v];
-  for (ValueRef v : g.outputs) ++uses[v];
-  for (const Assignment& a : g.assignments) ++uses[a.value];
+  auto count_uses = [&] {
+    uses.clear();
+    for (const Node& n : g.nodes)
+      for (ValueRef v : n.inputs) ++uses[v];
+    for (ValueRef v : g.outputs) ++uses[v];
+    for (const Assignment& a : g.assignments) ++uses[a.value];
+  };
+  count_uses();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (!is_op(g.nodes[i], "batch_norm_inference")) continue;
     const ValueRef cv = g.nodes[i].inputs[0];
@@ -88,12 +92,7 @@ void fold_conv_batch_norm(Graph& g) {
     replace_uses(g, {bn_at, 0}, {conv_at, 0});
     i = static_cast<size_t>(bn_at);
     folded_any = true;
-    // `uses` keys moved with the inserts; recount (rare: once per folded pair).
-    uses.clear();
-    for (const Node& n : g.nodes)
-      for (ValueRef v : n.inputs) ++uses[v];
-    for (ValueRef v : g.outputs) ++uses[v];
-    for (const Assignment& a : g.assignments) ++uses[a.value];
+    count_uses();  // the inserts moved the keys (rare: once per folded pair)
   }
   // The batch norms and the old filters are dead: drop them now, so that the fusion
   // passes see the convolutions' single readers.
