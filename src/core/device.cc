@@ -1,14 +1,58 @@
 #include "kiln/core/device.h"
 
+#include <dlfcn.h>
+
 #include <array>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
 
 #include "kiln/core/error.h"
 
 namespace kiln {
 namespace {
-std::array<Backend*, kNumDeviceTypes>& backends() {
-  static std::array<Backend*, kNumDeviceTypes> b{};
-  return b;
+// Written at static initialisation or while a plugin loads (under call_once), read
+// after: atomics keep a reader on another thread from seeing a torn pointer.
+std::array<std::atomic<Backend*>, kNumDeviceTypes> g_backends{};
+
+std::once_flag g_cuda_once;
+std::string g_cuda_reason;  // written once under g_cuda_once
+
+// The directory libkiln_runtime was loaded from (where libkiln_cuda.so is installed
+// and built next to it), with a trailing '/'; "" when unknown.
+std::string runtime_dir() {
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&find_backend), &info) || !info.dli_fname) return "";
+  std::string path = info.dli_fname;
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
+}
+
+// Loads the CUDA plugin; its static initialisers register the backend, the device
+// provider and the CUDA kernels. The handle stays open for the life of the process.
+void load_cuda_plugin() {
+  if (g_backends[static_cast<int>(DeviceType::kCUDA)].load()) return;  // linked in directly
+  const char* env = std::getenv("KILN_CUDA_PLUGIN");
+  std::string path = env ? env : "";
+  if (path == "none") {
+    g_cuda_reason = "the CUDA backend is disabled (KILN_CUDA_PLUGIN=none)";
+    return;
+  }
+#ifdef KILN_CUDA_PLUGIN
+  // The plugin of this very version (its SONAME): a runtime never loads another's.
+  if (path.empty()) path = runtime_dir() + KILN_CUDA_PLUGIN;
+#endif
+  if (path.empty()) {
+    g_cuda_reason = "kiln was built without CUDA (nvcc not found or KILN_WITH_CUDA=OFF)";
+    return;
+  }
+  if (!dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
+    const char* err = dlerror();
+    g_cuda_reason = "the CUDA backend could not be loaded: " + std::string(err ? err : path);
+    return;
+  }
+  if (!g_backends[static_cast<int>(DeviceType::kCUDA)].load())
+    g_cuda_reason = path + " was loaded but registered no CUDA backend";
 }
 }  // namespace
 
@@ -31,14 +75,24 @@ Device parse_device(const std::string& s) {
   throw InvalidArgumentError("unknown device '" + s + "'; expected cpu[:N] or cuda[:N]");
 }
 
-void register_backend(DeviceType t, Backend* backend) { backends()[static_cast<int>(t)] = backend; }
+void register_backend(DeviceType t, Backend* backend) { g_backends[static_cast<int>(t)].store(backend); }
 
-Backend* find_backend(DeviceType t) { return backends()[static_cast<int>(t)]; }
+Backend* find_backend(DeviceType t) {
+  if (Backend* b = g_backends[static_cast<int>(t)].load(std::memory_order_acquire)) return b;
+  if (t == DeviceType::kCUDA) std::call_once(g_cuda_once, load_cuda_plugin);
+  return g_backends[static_cast<int>(t)].load(std::memory_order_acquire);
+}
+
+std::string backend_unavailable_reason(DeviceType t) {
+  if (find_backend(t)) return "";
+  if (t == DeviceType::kCUDA) return g_cuda_reason;  // set before call_once returned
+  return std::string("no ") + device_type_name(t) + " backend in this build of kiln";
+}
 
 Backend& backend_for(const Device& d) {
   Backend* b = find_backend(d.type);
   if (!b) throw NotFoundError(std::string("no backend for device type '") + device_type_name(d.type) +
-                              "' in this build of kiln");
+                              "': " + backend_unavailable_reason(d.type));
   if (d.index < 0 || d.index >= b->device_count())
     throw NotFoundError("device " + d.str() + " does not exist (" + std::to_string(b->device_count()) + " " +
                         device_type_name(d.type) + " device(s) visible)");

@@ -113,8 +113,12 @@ struct LogicalSpec {
   bool growth = true;
 };
 
+// Providers register without the state lock: the CUDA plugin registers while it is
+// being loaded, which happens under that lock (enumerate_locked).
+std::array<std::atomic<DeviceProvider*>, kNumDeviceTypes> g_providers{};
+
 struct TypeState {
-  DeviceProvider* provider = nullptr;
+  DeviceProvider* provider = nullptr;  // g_providers[type] as of the last enumeration
   bool enumerated = false;
   std::vector<DeviceProperties> props;  // per physical device
   std::vector<PhysSettings> phys;
@@ -160,7 +164,7 @@ const char* env_or_null(const char* name) {
 std::string no_such_physical(DeviceType t, int index, const TypeState& s) {
   std::string msg = "unknown physical device " + Device{t, index}.str() + " (" + std::to_string(s.props.size()) +
                     " physical " + device_type_name(t) + " device(s)";
-  if (!s.provider) msg += std::string("; this kiln has no ") + device_type_name(t) + " backend";
+  if (!s.provider) msg += "; " + backend_unavailable_reason(t);
   return msg + ")";
 }
 
@@ -168,6 +172,8 @@ std::string no_such_physical(DeviceType t, int index, const TypeState& s) {
 void enumerate_locked(DeviceType t) {
   TypeState& s = ts(t);
   if (s.enumerated) return;
+  find_backend(t);  // loads the backend's plugin (CUDA), which registers its provider
+  s.provider = g_providers[static_cast<int>(t)].load(std::memory_order_acquire);
   s.props.clear();
   if (s.provider) {
     int n = s.provider->physical_device_count();
@@ -243,7 +249,11 @@ void load_env_locked() {
   st.env = env;
   for (auto& s : st.types) s.enumerated = false;
   try {
-    for (int t = 0; t < kNumDeviceTypes; ++t) enumerate_locked(static_cast<DeviceType>(t));
+    // Types other than the CPU are enumerated when first asked about (that loads the
+    // CUDA plugin and its libraries), unless the environment configures them now.
+    for (int t = 0; t < kNumDeviceTypes; ++t)
+      if (t == static_cast<int>(DeviceType::kCPU) || env.visible || env.limit[t] || env.logical[t])
+        enumerate_locked(static_cast<DeviceType>(t));
     if (env.visible) {
       auto vis = parse_visible_locked(*env.visible, "KILN_VISIBLE_DEVICES");
       for (int t = 0; t < kNumDeviceTypes; ++t) st.types[t].visible = vis[t];
@@ -599,11 +609,7 @@ void reset_peak_memory_stats(const Device& logical) {
 // ---- For backends ----------------------------------------------------------------------
 
 void register_device_provider(DeviceType type, DeviceProvider* provider) {
-  std::lock_guard<std::mutex> lock(state().mu);
-  TypeState& s = ts(type);
-  s.provider = provider;
-  s.enumerated = false;
-  if (state().env.loaded) enumerate_locked(type);
+  g_providers[static_cast<int>(type)].store(provider, std::memory_order_release);
 }
 
 int logical_device_count(DeviceType type) {

@@ -179,6 +179,20 @@ void run(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, De
     heap_meta.resize(inputs.size());
     meta = heap_meta.data();
   }
+  // A one-element CPU tensor among inputs on another device (a Python-like scalar, as
+  // in `x * 2.0`) is copied to that device, as PyTorch does for 0-d CPU tensors.
+  std::vector<Tensor> moved;
+  for (const Tensor& t : inputs) {
+    if (!t.defined() || t.device().type == DeviceType::kCPU) continue;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Tensor& c = inputs[i];
+      if (!c.defined() || c.device().type != DeviceType::kCPU || c.numel() != 1) continue;
+      if (moved.empty()) moved.assign(inputs.begin(), inputs.end());
+      moved[i] = c.to(t.device());
+    }
+    if (!moved.empty()) inputs = moved;
+    break;
+  }
   if (!inputs.empty()) device = inputs[0].device();
   bool mixed_cpu = false;
   for (size_t i = 0; i < inputs.size(); ++i) {

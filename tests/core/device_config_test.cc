@@ -264,7 +264,7 @@ TEST_F(DeviceConfig, BadEnvironmentValuesNameTheVariable) {
                         Case{"KILN_CPU_LOGICAL_DEVICES", "1G,x", "KILN_CPU_LOGICAL_DEVICES: 'x'"},
                         Case{"KILN_VISIBLE_DEVICES", "tpu:0", "KILN_VISIBLE_DEVICES: unknown device 'tpu:0'"},
                         Case{"KILN_VISIBLE_DEVICES", "cpu:3", "KILN_VISIBLE_DEVICES: unknown physical device cpu:3"},
-                        Case{"KILN_VISIBLE_DEVICES", "cuda:0", "this kiln has no cuda backend"},
+                        Case{"KILN_VISIBLE_DEVICES", "cuda:7", "unknown physical device cuda:7"},
                         Case{"KILN_VISIBLE_DEVICES", "cpu:0,cpu:0", "cpu:0 is listed twice"}}) {
     SCOPED_TRACE(std::string(c.var) + "=" + c.value);
     reset();
@@ -286,12 +286,12 @@ TEST_F(DeviceConfig, VisibleDevicesRules) {
   EXPECT_KILN_ERROR(set_visible_devices(DeviceType::kCPU, {}), kInvalidArgument, "the CPU cannot be hidden");
   EXPECT_KILN_ERROR(set_visible_devices(DeviceType::kCPU, {1}), kInvalidArgument, "unknown physical device cpu:1");
   EXPECT_KILN_ERROR(set_visible_devices(DeviceType::kCPU, {0, 0}), kInvalidArgument, "listed twice");
-  EXPECT_KILN_ERROR(set_visible_devices(DeviceType::kCUDA, {0}), kInvalidArgument, "no cuda backend");
-  EXPECT_KILN_ERROR(set_visible_devices("cpu:0,gpu:1"), kInvalidArgument, "cuda:1");
+  EXPECT_KILN_ERROR(set_visible_devices(DeviceType::kCUDA, {7}), kInvalidArgument, "unknown physical device cuda:7");
+  EXPECT_KILN_ERROR(set_visible_devices("cpu:0,gpu:7"), kInvalidArgument, "cuda:7");
   EXPECT_KILN_ERROR(set_visible_devices("cpu:0,,", "--visible-devices"), kInvalidArgument, "--visible-devices: empty");
   set_visible_devices(DeviceType::kCUDA, {});  // hiding every GPU is fine
   set_visible_devices(DeviceType::kCPU, {0});
-  set_visible_devices("cuda");  // every GPU (none here); the CPU stays visible
+  set_visible_devices("cuda");  // every GPU (if any); the CPU stays visible
   set_visible_devices("cpu:0");
   auto vis = get_visible_devices();
   ASSERT_EQ(vis.size(), 1u);
@@ -299,8 +299,8 @@ TEST_F(DeviceConfig, VisibleDevicesRules) {
   EXPECT_TRUE(get_visible_devices(DeviceType::kCUDA).empty());
   // Setters name unknown physical devices.
   EXPECT_KILN_ERROR(set_memory_growth(kCpu1, false), kInvalidArgument, "unknown physical device cpu:1");
-  EXPECT_KILN_ERROR(set_memory_limit(Device{DeviceType::kCUDA, 0}, kMiB), kInvalidArgument,
-                    "unknown physical device cuda:0");
+  EXPECT_KILN_ERROR(set_memory_limit(Device{DeviceType::kCUDA, 7}, kMiB), kInvalidArgument,
+                    "unknown physical device cuda:7");
 }
 
 TEST_F(DeviceConfig, StatsAndResetPeak) {

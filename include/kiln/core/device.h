@@ -29,6 +29,13 @@ struct Device {
 // Parses "cpu", "cpu:0", "cuda:1"; throws InvalidArgumentError.
 Device parse_device(const std::string& s);
 
+// One live reading of a device (NVML on GPUs): utilisation, memory, temperature ...
+struct DeviceReading {
+  std::string name;  // e.g. "utilization_ratio", "temperature_celsius"
+  double value = 0;
+  std::string help;  // one line, for metrics exposition
+};
+
 struct DeviceProperties {
   std::string name;          // e.g. "AMD EPYC (2 threads)"
   int64_t memory_bytes = 0;  // total memory of the device
@@ -52,10 +59,19 @@ class Backend {
   virtual void copy_on_device(void* dst, const void* src, size_t bytes, int index) = 0;
   // Waits for all queued work on the device.
   virtual void synchronize(int index) = 0;
+  // Live readings of a device (empty when the backend has none). Never throws.
+  virtual std::vector<DeviceReading> readings(int index) const { return {}; }
+  // Why the backend sees no physical device ("" when it sees some), e.g. "no CUDA
+  // driver (cudaErrorInsufficientDriver)".
+  virtual std::string no_device_reason() const { return ""; }
 };
 
-// The backend for a device type, or nullptr if none is registered.
+// The backend for a device type, or nullptr if none is registered. For kCUDA the
+// first call loads the CUDA plugin (thread-safe, once per process).
 Backend* find_backend(DeviceType t);
+// Why find_backend(t) returns nullptr ("" when it does not): e.g. "kiln was built
+// without CUDA" or the dlopen error of libkiln_cuda.so.
+std::string backend_unavailable_reason(DeviceType t);
 // Throws NotFoundError if `d` has no backend or no such device index.
 Backend& backend_for(const Device& d);
 // Backends register themselves at static-initialisation time.
