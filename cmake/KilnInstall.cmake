@@ -15,6 +15,11 @@ install(TARGETS kiln_runtime kiln kiln_serving EXPORT kilnTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS kiln_cli kiln_model_server RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(KILN_WITH_CUDA)
+  # The plugin: found next to libkiln_runtime at run time, also linkable (kiln::kiln_cuda)
+  # by programs that use its public API (kiln/cuda/*.h: NCCL, TF32).
+  install(TARGETS kiln_cuda EXPORT kilnTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/kiln DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
 install(FILES ${CMAKE_BINARY_DIR}/generated/kiln/core/version.h

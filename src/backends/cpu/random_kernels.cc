@@ -25,6 +25,7 @@
 #include <immintrin.h>
 #endif
 
+#include "../common/uniform_bounds.h"
 #include "kernel_util.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/random.h"
@@ -73,43 +74,6 @@ inline double unit_double(uint32_t hi, uint32_t lo) {
   return static_cast<double>(static_cast<int64_t>(v)) * (1.0 / 9007199254740992.0);
 }
 
-// ---- dtype helpers -----------------------------------------------------------------
-
-template <typename T>
-inline constexpr bool kHalf = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
-
-template <typename T>
-double to_d(T v) {
-  if constexpr (kHalf<T>) return static_cast<float>(v);
-  else return static_cast<double>(v);
-}
-template <typename T>
-T from_d(double v) {
-  if constexpr (kHalf<T>) return T(static_cast<float>(v));
-  else return static_cast<T>(v);
-}
-// One representable step toward +inf (up) or -inf.
-template <typename T>
-T step(T v, bool up) {
-  if constexpr (kHalf<T>) {
-    uint16_t b = v.bits;
-    if (up) b = b == 0x8000 ? 0x0001 : (b & 0x8000) ? b - 1 : b + 1;
-    else b = b == 0x0000 ? 0x8001 : (b & 0x8000) ? b + 1 : b - 1;
-    T r;
-    r.bits = b;
-    return r;
-  } else {
-    return std::nextafter(v, up ? std::numeric_limits<T>::infinity() : -std::numeric_limits<T>::infinity());
-  }
-}
-// Smallest T >= lo and largest T < hi (the op checked that lo <= hi for these).
-template <typename T>
-std::pair<T, T> bounds(double lo, double hi) {
-  T l = from_d<T>(lo), h = from_d<T>(hi);
-  while (to_d(l) < lo) l = step(l, true);
-  while (to_d(h) >= hi) h = step(h, false);
-  return {l, h};
-}
 
 // Writes n computed values to the output, rounding f32 to f16/bf16 (vectorised).
 template <typename C, typename T>
@@ -165,8 +129,8 @@ void k_uniform(OpContext& ctx) {
     const double lo = ctx.attrs.get_float("lo"), hi = ctx.attrs.get_float("hi");
     // Clamp to the smallest and largest T in [lo, hi): both are C values, and rounding
     // to T is monotonic, so clamped C values round into [lo, hi) too.
-    const auto [lt, ht] = bounds<T>(lo, hi);
-    const C lc = static_cast<C>(to_d(lt)), hc = static_cast<C>(to_d(ht));
+    const auto [lt, ht] = backends::uniform_bounds<T>(lo, hi);
+    const C lc = static_cast<C>(backends::to_d(lt)), hc = static_cast<C>(backends::to_d(ht));
     const C span = static_cast<C>(hi - lo), base = static_cast<C>(lo);
     constexpr int per = std::is_same_v<T, double> ? 2 : 4;
     T* o = static_cast<T*>(ctx.out[0].raw_data());

@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "../common/reduction_plan.h"
 #include "kernel_util.h"
 #include "reduce_util.h"
 #include "vecmath.h"
@@ -60,72 +61,17 @@ void permute_copy(const char* src, char* dst, size_t es, const int64_t* dims, co
 }  // namespace
 
 ReductionView prepare_reduction(const Tensor& x, const std::vector<int>& axes) {
+  const backends::ReductionPlan p = backends::plan_reduction(x.shape(), axes);
   ReductionView v;
   v.data = x.raw_data();
-  const Shape& s = x.shape();
-  // Collapse: drop size-1 dims, merge neighbours with the same reduced flag.
-  int64_t dims[Shape::kMaxRank];
-  bool red[Shape::kMaxRank];
-  int n = 0;
-  int64_t O = 1, R = 1;
-  size_t k = 0;
-  for (int i = 0; i < s.rank(); ++i) {
-    const bool r = k < axes.size() && axes[k] == i;
-    if (r) ++k;
-    (r ? R : O) *= s[i];
-    if (s[i] == 1) continue;
-    if (n > 0 && red[n - 1] == r) {
-      dims[n - 1] *= s[i];
-    } else {
-      dims[n] = s[i];
-      red[n] = r;
-      ++n;
-    }
-  }
-  if (x.numel() == 0) {  // nothing to read: outputs are empty or reduce nothing
-    v.outer = O;
-    v.reduced = R;
-    v.inner = 1;
-    return v;
-  }
-  int nred = 0;
-  for (int i = 0; i < n; ++i) nred += red[i];
-  if (nred <= 1) {
-    v.outer = 1;
-    v.reduced = 1;
-    v.inner = 1;
-    int i = 0;
-    for (; i < n && !red[i]; ++i) v.outer *= dims[i];
-    if (i < n) v.reduced = dims[i++];
-    for (; i < n; ++i) v.inner *= dims[i];
-    if (nred == 0) {  // reducing size-1 axes only: every element is its own output
-      v.outer = x.numel();
-      v.inner = 1;
-    }
-    return v;
-  }
-  // Reduced dims form several blocks: gather them next to each other.
-  int perm[Shape::kMaxRank];
-  int m = 0;
-  const bool last_reduced = red[n - 1];
-  for (int pass = 0; pass < 2; ++pass) {
-    // When the last block is reduced, kept blocks go first; otherwise reduced ones do.
-    const bool want_reduced = last_reduced ? pass == 1 : pass == 0;
-    for (int i = 0; i < n; ++i)
-      if (red[i] == want_reduced) perm[m++] = i;
-  }
-  v.holder = Tensor::empty(s, x.dtype());
-  permute_copy(static_cast<const char*>(x.raw_data()), static_cast<char*>(v.holder.raw_data()), x.itemsize(), dims,
-               perm, n);
-  v.data = v.holder.raw_data();
-  if (last_reduced) {
-    v.outer = O;
-    v.reduced = R;
-    v.inner = 1;
-  } else {
-    v.outer = 1;
-    v.reduced = R;
-    v.inner = O;
+  v.outer = p.outer;
+  v.reduced = p.reduced;
+  v.inner = p.inner;
+  if (p.permute) {  // reduced dims form several blocks: gather them next to each other
+    v.holder = Tensor::empty(x.shape(), x.dtype());
+    permute_copy(static_cast<const char*>(x.raw_data()), static_cast<char*>(v.holder.raw_data()), x.itemsize(),
+                 p.dims, p.perm, p.n);
+    v.data = v.holder.raw_data();
   }
   return v;
 }

@@ -1,0 +1,64 @@
+// scaled_dot_product_attention on CUDA: one fused kernel (attention_kernels.cu).
+// Batch dims of q, k, v and the mask broadcast (right-aligned); the mask is bool (false
+// masks out) or q's dtype (f32 for f16/bf16 q) and is added to the scaled scores;
+// causal is top-left aligned (query i sees keys j <= i); rows that see no key are 0.
+#include <cmath>
+#include <string>
+
+#include "attention_launch.h"
+#include "kernel_util.h"
+
+namespace kiln::cuda {
+namespace {
+
+Shape batch_of(const Shape& s, int trail = 2) { return Shape(std::span<const int64_t>(s.begin(), s.end() - trail)); }
+
+void attention(OpContext& ctx) {
+  const Tensor &q = ctx.in[0], &k = ctx.in[1], &v = ctx.in[2];
+  Tensor& out = ctx.out[0];
+  if (out.numel() == 0) return;
+  AttentionProblem p;
+  p.q = q.raw_data();
+  p.k = k.raw_data();
+  p.v = v.raw_data();
+  p.out = out.raw_data();
+  p.lq = q.dim(-2);
+  p.d = q.dim(-1);
+  p.lk = k.dim(-2);
+  p.dv = v.dim(-1);
+  p.causal = ctx.attrs.get_bool("causal", false);
+  p.scale = ctx.attrs.has("scale") ? ctx.attrs.get_float("scale") : 1.0 / std::sqrt(static_cast<double>(p.d));
+  const Shape ob = batch_of(out.shape());
+  p.batch = ob.numel();
+  p.qm = make_broadcast_map(ob, batch_of(q.shape()));
+  p.km = make_broadcast_map(ob, batch_of(k.shape()));
+  p.vm = make_broadcast_map(ob, batch_of(v.shape()));
+  if (ctx.in.size() == 4) {
+    const Tensor& mask = ctx.in[3];
+    Shape full = mask.shape();
+    while (full.rank() < 2) full.insert(0, 1);
+    const int64_t mq = full.dim(-2), mk = full.dim(-1);
+    p.mask = mask.raw_data();
+    p.mask_kind = mask.dtype() == DType::kBool ? 1 : mask.dtype() == q.dtype() ? 2 : 3;
+    p.mask_mat = mq * mk;
+    p.m_sk = mk == 1 ? 0 : 1;
+    p.m_sq = mq == 1 ? 0 : mk;
+    p.mm = make_broadcast_map(ob, batch_of(full));
+  }
+  KernelScope s(out);
+  const size_t smem = attention_smem_bytes(out.dtype(), p.d, p.dv);
+  if (smem > s.ctx.props.sharedMemPerBlockOptin)
+    throw UnimplementedError("scaled_dot_product_attention on CUDA: head dim " + std::to_string(p.d) + " (" +
+                             std::string(dtype_name(out.dtype())) + ") needs " + std::to_string(smem) +
+                             " bytes of shared memory, the device has " +
+                             std::to_string(s.ctx.props.sharedMemPerBlockOptin));
+  const int64_t blocks = ((p.lq + 63) / 64) * ((p.dv + 127) / 128) * p.batch;
+  if (blocks > 0x7fffffff)
+    throw UnimplementedError("scaled_dot_product_attention on CUDA: problem too large (" + out.shape().str() + ")");
+  launch_attention(p, out.dtype(), s.stream);
+}
+
+KILN_REGISTER_KERNEL("scaled_dot_product_attention", kCUDA, KILN_CUDA_FLOAT_DTYPES, attention);
+
+}  // namespace
+}  // namespace kiln::cuda
