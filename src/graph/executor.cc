@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <list>
+#include <optional>
 
 #include "kiln/core/error.h"
 #include "kiln/core/allocator.h"
@@ -88,6 +89,8 @@ struct Executor::Plan {
     std::vector<std::unique_ptr<Attrs>> redrawn;  // per node: a random op's attrs for this run
     std::shared_ptr<Storage> arena;
   };
+  Device device;                       // where the plan runs
+  std::vector<Tensor> constants;       // per node: a constant copied to `device` (off the CPU only)
   std::vector<std::vector<Buf>> bufs;  // per node, per output
   std::vector<KernelFn> kernels;
   size_t arena_bytes = 0;
@@ -109,7 +112,7 @@ struct Executor::Plan {
     s->out.resize(bufs.size());
     s->redrawn.resize(bufs.size());
     for (size_t i = 0; i < bufs.size(); ++i) s->out[i].resize(bufs[i].size());
-    if (arena_bytes > 0) s->arena = std::make_shared<Storage>(arena_bytes, Device::cpu());
+    if (arena_bytes > 0) s->arena = std::make_shared<Storage>(arena_bytes, device);
     return s;
   }
   void release(std::unique_ptr<RunState> s) {
@@ -132,16 +135,42 @@ Executor::Executor(Graph graph) : graph_(std::move(graph)) {
 }
 Executor::~Executor() = default;
 
-std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>& inputs) {
+Device Executor::run_device(const std::vector<Tensor>& inputs) const {
+  std::optional<Device> dev;
+  for (const Node& node : graph_.nodes) {
+    if (node.kind != NodeKind::kVariable) continue;
+    const Device d = node.variable.peek().device();
+    if (dev && *dev != d && !(dev->type == DeviceType::kCPU && d.type == DeviceType::kCPU))
+      throw InvalidArgumentError("graph: its variables are on several devices (" + dev->str() + " and " + d.str() +
+                                 "); a graph runs on one device");
+    if (!dev) dev = d;
+  }
+  if (!dev)
+    for (const Tensor& t : inputs)
+      if (t.defined() && t.device().type != DeviceType::kCPU) {
+        dev = t.device();
+        break;
+      }
+  // Logical CPU devices all hold host memory: the CPU plan serves them all.
+  return dev && dev->type != DeviceType::kCPU ? *dev : Device::cpu();
+}
+
+std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>& inputs, Device device) {
   std::lock_guard<std::mutex> lock(mu_);
-  const std::string key = key_of(inputs);
+  const std::string key = key_of(inputs) + device.str();
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   if (static_cast<int>(inputs.size()) != graph_.num_inputs)
     throw InvalidArgumentError("graph: expected " + std::to_string(graph_.num_inputs) + " inputs, got " +
                                std::to_string(inputs.size()));
   auto p = std::make_shared<Plan>();
+  p->device = device;
   const size_t n = graph_.nodes.size();
   p->bufs.resize(n);
+  if (device.type != DeviceType::kCPU) {
+    p->constants.resize(n);
+    for (size_t i = 0; i < n; ++i)
+      if (graph_.nodes[i].kind == NodeKind::kConstant) p->constants[i] = graph_.nodes[i].constant.to(device);
+  }
   p->kernels.assign(n, nullptr);
   // 1. Shapes and kernels.
   for (size_t i = 0; i < n; ++i) {
@@ -170,10 +199,10 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
         }
         DType key = node.op->dispatch_input >= 0 ? in.at(static_cast<size_t>(node.op->dispatch_input)).dtype
                                                  : metas.at(0).dtype;
-        p->kernels[i] = node.op->kernel(DeviceType::kCPU, key);
+        p->kernels[i] = node.op->kernel(device.type, key);
         if (!p->kernels[i] && !is_view_op(node.op))
-          throw UnimplementedError("graph: op '" + node.op->name + "' has no cpu kernel for dtype " +
-                                   std::string(dtype_name(key)));
+          throw UnimplementedError("graph: op '" + node.op->name + "' has no " + device_type_name(device.type) +
+                                   " kernel for dtype " + std::string(dtype_name(key)));
         break;
       }
     }
@@ -250,12 +279,21 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   metas.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) throw InvalidArgumentError("graph: input " + std::to_string(i) + " is undefined");
-    if (inputs[i].device().type != DeviceType::kCPU)
-      throw UnimplementedError("graph: inputs must be on the CPU, input " + std::to_string(i) + " is " +
-                               inputs[i].desc());
     metas.push_back({inputs[i].shape(), inputs[i].dtype()});
   }
-  std::shared_ptr<Plan> plan = plan_for(metas);
+  const Device device = run_device(inputs);
+  // Inputs on another device are copied to the run's (a host step counter for a
+  // graph on the GPU, say); CPU inputs on any logical CPU device stay as they are.
+  std::vector<Tensor> moved;
+  const std::vector<Tensor>* args = &inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Device d = inputs[i].device();
+    if (d == device || (d.type == DeviceType::kCPU && device.type == DeviceType::kCPU)) continue;
+    if (moved.empty()) moved = inputs;
+    moved[i] = inputs[i].to(device);
+    args = &moved;
+  }
+  std::shared_ptr<Plan> plan = plan_for(metas, device);
   Plan& p = *plan;
   std::unique_ptr<Plan::RunState> state = p.acquire();
   Plan::RunState& rs = *state;
@@ -265,8 +303,8 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
     const Node& node = graph_.nodes[i];
     std::vector<Tensor>& out = rs.out[i];
     switch (node.kind) {
-      case NodeKind::kInput: out[0] = inputs[static_cast<size_t>(node.input_index)]; continue;
-      case NodeKind::kConstant: out[0] = node.constant; continue;
+      case NodeKind::kInput: out[0] = (*args)[static_cast<size_t>(node.input_index)]; continue;
+      case NodeKind::kConstant: out[0] = p.constants.empty() ? node.constant : p.constants[i]; continue;
       case NodeKind::kVariable: out[0] = node.variable.peek(); continue;
       case NodeKind::kOp: break;
     }
@@ -277,7 +315,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
     for (size_t k = 0; k < out.size(); ++k) {
       const Plan::Buf& b = p.bufs[i][k];
       if (b.where == Plan::Where::kView) out[k] = in[0].reshape(b.meta.shape);
-      else if (b.where == Plan::Where::kPinned) out[k] = Tensor::empty(b.meta.shape, b.meta.dtype);
+      else if (b.where == Plan::Where::kPinned) out[k] = Tensor::empty(b.meta.shape, b.meta.dtype, p.device);
       else out[k] = Tensor(rs.arena, b.offset, b.meta.shape, b.meta.dtype);
     }
     if (p.kernels[i] && p.bufs[i][0].where != Plan::Where::kView) {

@@ -21,12 +21,13 @@ namespace {
 
 std::string producer() { return std::string("kiln ") + KILN_VERSION_STRING; }
 
-// Variables become constants holding their current values (named after the variable).
+// Variables become constants holding their current values (named after the variable),
+// on the host: packages are device-neutral, and passes read constants on the host.
 void freeze_variables(graph::Graph& g, const ExportOptions& opts) {
   for (graph::Node& n : g.nodes) {
     if (n.kind != graph::NodeKind::kVariable) continue;
     n.kind = graph::NodeKind::kConstant;
-    n.constant = n.variable.peek();
+    n.constant = n.variable.peek().to(Device::cpu());
     n.name = opts.weight_name ? opts.weight_name(n.variable) : n.variable.name();
     n.variable = Variable();
   }

@@ -12,6 +12,13 @@
 // (OpDef::redraw, on a per-run copy of their attrs); random nodes that had the same
 // op and attrs in the trace (a dropout and the dropout of its gradient) share one draw.
 //
+// Devices: a run executes on the device of the graph's variables, else on that of its
+// first input not on the CPU, else on the CPU; the plan (kernels, arena, copies of the
+// constants) is per device. Inputs elsewhere are copied to that device; variables on
+// another device are an InvalidArgumentError. On CUDA every kernel is enqueued on the
+// device's stream and a run returns without waiting for them (reading an output on
+// the host waits).
+//
 // Thread-safety: run() may be called from several threads at once; concurrent runs of
 // one plan each take an arena of their own (kept in a pool: the arenas in memory are
 // as many as the most runs that were ever concurrent). At most kMaxPlans plans are
@@ -53,7 +60,9 @@ class Executor {
 
  private:
   struct Plan;
-  std::shared_ptr<Plan> plan_for(const std::vector<TensorMeta>& inputs);
+  std::shared_ptr<Plan> plan_for(const std::vector<TensorMeta>& inputs, Device device = Device::cpu());
+  // Where a run with these inputs executes (see above).
+  Device run_device(const std::vector<Tensor>& inputs) const;
   Graph graph_;
   std::vector<int> redraw_from_;  // per node: the random node whose per-run draw it uses (-1: none)
   std::mutex mu_;

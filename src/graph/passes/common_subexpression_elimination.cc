@@ -20,8 +20,8 @@ void eliminate_common_subexpressions(Graph& g) {
       key = "op|" + n.op->name + "|" + n.attrs.str();
       for (ValueRef v : n.inputs) key += "|" + std::to_string(v.node) + ":" + std::to_string(v.index);
     } else if (n.kind == NodeKind::kConstant && n.constant.numel() <= 64) {
-      const Tensor& c = n.constant;
-      key = "const|" + std::string(dtype_name(c.dtype())) + c.shape().str() + "|" +
+      const Tensor c = n.constant.to(Device::cpu());  // bytes read on the host
+      key = "const|" + n.constant.device().str() + "|" + std::string(dtype_name(c.dtype())) + c.shape().str() + "|" +
             std::string(static_cast<const char*>(c.raw_data()), c.nbytes());
     } else {
       continue;
