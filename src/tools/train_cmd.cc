@@ -48,6 +48,8 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       ->check(CLI::IsMember({"float32", "mixed_bfloat16", "mixed_float16"}));
   c->add_flag("--run-eagerly", a.run_eagerly,
               "Run every training step eagerly instead of the traced, optimised graph (debugging, comparisons)");
+  c->add_option("--device", a.device,
+                "Train on this device: cpu (default) or cuda[:N] (weights, batches and the traced step there)");
   c->add_option("--export", a.export_dir,
                 "Export the trained model as a model package version under this directory (DIR/<version>/)");
   c->add_option("--verbose", a.verbose, "0 silent, 1 progress bar, 2 one line per epoch (default: 1 on a TTY, else 2)")
@@ -128,6 +130,7 @@ int run_train(const TrainArgs& a) {
   CompileOptions co{optimizers::Adam({a.learning_rate}), {losses::SparseCategoricalCrossentropy(/*from_logits=*/true)},
                     {"accuracy"}};
   co.run_eagerly = a.run_eagerly;
+  co.device = a.device;
   model->compile(co);
 
   FitOptions fo;

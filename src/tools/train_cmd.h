@@ -26,6 +26,7 @@ struct TrainArgs {
   std::string export_dir;  // base directory: writes <export_dir>/<version>/
   std::string precision = "float32";  // dtype policy: float32, mixed_bfloat16, mixed_float16
   bool run_eagerly = false;            // no traced training step
+  std::string device;                  // --device: where to train ("" = the CPU)
   DeviceArgs devices;                  // --memory-limit, --memory-growth, --logical-devices, --visible-devices
 };
 

@@ -234,10 +234,20 @@ class TensorBoardCb : public Callback {
     if (freq_ > 0 && step_ % freq_ == 0)
       for (auto& [k, v] : logs) train_->scalar("batch_" + k, v, step_);
   }
+  // Initialized logical devices, without asking about device types nobody used (that
+  // would load the CUDA plugin into a CPU-only process).
+  static std::vector<config::LogicalDevice> initialized_devices() {
+    std::vector<config::LogicalDevice> out;
+    for (DeviceType t : {DeviceType::kCPU, DeviceType::kCUDA}) {
+      if (!config::is_initialized(t)) continue;
+      for (const auto& d : config::list_logical_devices(t))
+        if (d.initialized) out.push_back(d);
+    }
+    return out;
+  }
   void on_epoch_begin(int, Logs&) override {
     // Peaks are per epoch: each initialized device's peak restarts here.
-    for (const auto& d : config::list_logical_devices())
-      if (d.initialized) config::reset_peak_memory_stats(d.device);
+    for (const auto& d : initialized_devices()) config::reset_peak_memory_stats(d.device);
   }
   void on_epoch_end(int epoch, Logs& logs) override {
     for (auto& [k, v] : logs) {
@@ -248,8 +258,7 @@ class TensorBoardCb : public Callback {
     }
     // Allocator statistics of every initialized logical device, as
     // memory/<device>/<stat> with the device's ':' made '_' (as TensorFlow sanitizes tags).
-    for (const auto& d : config::list_logical_devices()) {
-      if (!d.initialized) continue;
+    for (const auto& d : initialized_devices()) {
       AllocatorStats st = config::memory_stats(d.device);
       std::string dev = d.device.str();
       dev[dev.find(':')] = '_';

@@ -1,4 +1,5 @@
 #include "kiln/train/layer.h"
+#include "kiln/train/device_scope.h"
 
 #include <cctype>
 #include <unordered_set>
@@ -281,6 +282,7 @@ Variable Layer::add_weight(const std::string& name, const Shape& shape, const In
     detail::layer_error(*this, "the initializer of weight '", name, "' returned ",
                         value.defined() ? value.desc() : std::string("an undefined tensor"), ", expected ",
                         dtype_name(dtype), shape.str());
+  if (const Device d = DeviceScope::current(); value.device() != d) value = value.to(d);
   Variable var(std::move(value), this->name() + "/" + name, trainable && trainable_);
   own_.push_back(Weight{var, trainable, std::move(regularizer)});
   return var;

@@ -1,4 +1,5 @@
 #include "kiln/train/model.h"
+#include "kiln/train/device_scope.h"
 
 #include <algorithm>
 #include <chrono>
@@ -153,9 +154,24 @@ void Model::compile(CompileOptions opts) {
   // Keras: a mixed_float16 model trains with dynamic loss scaling.
   if (dtype_policy().name() == "mixed_float16" && !dynamic_cast<LossScaleOptimizer*>(opts.optimizer.get()))
     opts.optimizer = std::make_shared<LossScaleOptimizer>(opts.optimizer);
+  Device device = Device::cpu();
+  if (!opts.device.empty()) {
+    device = parse_device(opts.device);  // InvalidArgumentError
+    if (device.type != DeviceType::kCPU) backend_for(device);  // NotFoundError: no such device, and why
+  }
   opts_ = std::move(opts);
   compiled_ = true;
   train_fn_.reset();  // a new optimizer or loss: trace again
+  device_ = device;
+  for (const Variable& v : weights())
+    if (v.peek().device() != device_) v.assign(v.peek().to(device_));
+}
+
+std::vector<Tensor> Model::on_device(const std::vector<Tensor>& ts) const {
+  std::vector<Tensor> out = ts;
+  for (Tensor& t : out)
+    if (t.defined() && t.device() != device_) t = t.to(device_);
+  return out;
 }
 
 namespace {
@@ -202,8 +218,10 @@ std::pair<Tensor, std::vector<Tensor>> Model::step(const std::vector<Tensor>& x,
 
 int Model::num_train_traces() const { return train_fn_ ? train_fn_->num_traces() : 0; }
 
-Logs Model::train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
+Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor>& y_in) {
   require_compiled(*this, compiled_, "training");
+  DeviceScope scope(device_);
+  const std::vector<Tensor> x = on_device(x_in), y = on_device(y_in);
   Tensor loss;
   std::vector<Tensor> preds;
   if (train_fn_) {
@@ -461,7 +479,10 @@ Logs Model::evaluate_loop(const EvalBatchFn& next_batch, const EvaluateOptions& 
   for (auto& m : opts_.metrics) ms.push_back(resolve_metric(m, opts_.loss[0]->name()));
   metrics::Mean loss_mean("loss");
   std::vector<Tensor> bx, by;
+  DeviceScope scope(device_);
   while (next_batch(&bx, &by)) {
+    bx = on_device(bx);
+    by = on_device(by);
     std::vector<Tensor> preds = (*this)(bx, /*training=*/false);
     loss_mean.add(total_loss(by, preds).item<double>(), static_cast<double>(bx.at(0).dim(0)));
     for (auto& m : ms) m->update(by.at(0), preds.at(0));
@@ -501,10 +522,11 @@ std::vector<Tensor> Model::predict(const data::Dataset& ds) {
 std::vector<Tensor> Model::predict_loop(const EvalBatchFn& next_batch) {
   std::vector<std::vector<Tensor>> parts;
   std::vector<Tensor> bx;
+  DeviceScope scope(device_);
   while (next_batch(&bx, nullptr)) {
-    std::vector<Tensor> outs = (*this)(bx, /*training=*/false);
+    std::vector<Tensor> outs = (*this)(on_device(bx), /*training=*/false);
     if (parts.empty()) parts.resize(outs.size());
-    for (size_t i = 0; i < outs.size(); ++i) parts[i].push_back(outs[i]);
+    for (size_t i = 0; i < outs.size(); ++i) parts[i].push_back(outs[i].to(Device::cpu()));
   }
   std::vector<Tensor> result;
   for (auto& p : parts) result.push_back(p.size() == 1 ? p[0] : ops::concat(p, 0));

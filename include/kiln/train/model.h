@@ -62,6 +62,11 @@ struct CompileOptions {
   std::string precision = "";
   // Every training step eagerly (no trace); see the top of this file.
   bool run_eagerly = false;
+  // Where the model trains and runs ("cuda:0", ...; "" or "cpu": the host). Weights
+  // (existing ones are moved), optimizer slots, batches and the traced step live
+  // there; predict() returns host tensors. An unknown or absent device is an error of
+  // compile() (NotFoundError saying why, e.g. no GPU).
+  std::string device = "";
 };
 
 struct FitOptions {
@@ -186,6 +191,8 @@ class Model : public Layer {
   void split_batch(const data::Element& e, std::vector<Tensor>* x, std::vector<Tensor>* y, const char* what) const;
   // Sum of the (weighted) losses of every output.
   Tensor total_loss(const std::vector<Tensor>& y, const std::vector<Tensor>& preds);
+  // `ts` copied to the model's device (CompileOptions::device) where they are elsewhere.
+  std::vector<Tensor> on_device(const std::vector<Tensor>& ts) const;
   // The step's loss and predictions; the optimizer's update with `hyper`/`step`
   // (Optimizer::apply_gradients_traced) when they are given.
   std::pair<Tensor, std::vector<Tensor>> step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
@@ -195,6 +202,7 @@ class Model : public Layer {
   std::vector<std::shared_ptr<SymbolicTensor::Node>> order_;  // non-input nodes, topological
   CompileOptions opts_;
   bool compiled_ = false;
+  Device device_ = Device::cpu();  // CompileOptions::device
   std::vector<MetricPtr> metrics_;
   std::vector<Shape> output_shapes_;  // per layer, for summary() (Sequential)
   TrainingRecord record_;
