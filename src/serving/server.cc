@@ -13,6 +13,7 @@
 #include "grpc_server.h"
 #include "http_server.h"
 #include "kiln/core/device.h"
+#include "kiln/core/device_config.h"
 #include "kiln/core/error.h"
 #include "kiln/core/version.h"
 #include "log.h"
@@ -74,9 +75,12 @@ struct Server::Impl {
     auto& peak = metrics.gauge("kiln_allocator_peak_bytes_in_use", "Peak bytes the device allocator handed out", {"device"});
     auto& reserved = metrics.gauge("kiln_allocator_bytes_reserved", "Bytes the device allocator holds from the system",
                                    {"device"});
+    auto& reading = metrics.gauge("kiln_device_reading",
+                                  "Live device readings (NVML on GPUs: utilization, memory, temperature, power, PCIe)",
+                                  {"device", "reading"});
     auto& in_flight = metrics.gauge("kiln_rest_requests_in_flight", "REST requests being answered", {});
     auto& queued = metrics.gauge("kiln_batch_queue_rows", "Rows waiting in the batching queues", {"model"});
-    metrics.on_collect([this, &cpu, &rss, &in_use, &peak, &reserved, &in_flight, &queued] {
+    metrics.on_collect([this, &cpu, &rss, &in_use, &peak, &reserved, &reading, &in_flight, &queued] {
       if (manager)
         for (auto& [model, rows] : manager->queued_rows()) queued.at({model}).set(double(rows));
       rusage ru{};
@@ -87,8 +91,10 @@ struct Server::Impl {
         if (std::fscanf(f, "%ld %ld", &pages, &resident) == 2) rss.at({}).set(double(resident) * sysconf(_SC_PAGESIZE));
         std::fclose(f);
       }
-      // Every device kiln has a backend for (GPU figures appear only with the CUDA backend).
+      // Every device in use: GPUs once a model runs on one (asking earlier would load
+      // the CUDA plugin and its libraries into a CPU-only server).
       for (DeviceType t : {DeviceType::kCPU, DeviceType::kCUDA}) {
+        if (t != DeviceType::kCPU && !config::is_initialized(t)) continue;
         Backend* b = find_backend(t);
         if (!b) continue;
         for (int i = 0; i < b->device_count(); ++i) {
@@ -97,6 +103,7 @@ struct Server::Impl {
           in_use.at({dev}).set(double(s.bytes_in_use));
           peak.at({dev}).set(double(s.peak_bytes_in_use));
           reserved.at({dev}).set(double(s.bytes_reserved));
+          for (const DeviceReading& r : b->readings(i)) reading.at({dev, r.name}).set(r.value);
         }
       }
       if (http) in_flight.at({}).set(double(http->in_flight()));

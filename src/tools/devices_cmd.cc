@@ -25,6 +25,20 @@ nlohmann::json stats_json(const AllocatorStats& s) {
           {"num_regions", s.num_regions}};
 }
 
+// Why no GPU is listed ("" when some is): no CUDA backend, or one that sees no device.
+std::string cuda_reason(const std::vector<config::PhysicalDevice>& phys) {
+  for (const auto& p : phys)
+    if (p.device.type == DeviceType::kCUDA) return "";
+  Backend* b = find_backend(DeviceType::kCUDA);
+  return b ? b->no_device_reason() : backend_unavailable_reason(DeviceType::kCUDA);
+}
+
+// Live readings (NVML for GPUs) of the logical device's backend.
+std::vector<DeviceReading> readings_of(const Device& logical) {
+  Backend* b = find_backend(logical.type);
+  return b ? b->readings(logical.index) : std::vector<DeviceReading>{};
+}
+
 }  // namespace
 
 CLI::App* add_devices_command(CLI::App& app, DevicesArgs& a) {
@@ -64,6 +78,9 @@ int run_devices(const DevicesArgs& a) {
                                       {"memory_growth", l.memory_growth},
                                       {"initialized", l.initialized},
                                       {"stats", stats_json(config::memory_stats(l.device))}});
+    if (std::string why = cuda_reason(phys); !why.empty()) j["cuda_unavailable"] = why;
+    for (size_t i = 0; i < logical.size(); ++i)
+      for (const DeviceReading& r : readings_of(logical[i].device)) j["logical_devices"][i]["readings"][r.name] = r.value;
     j["environment"] = nlohmann::json::object();
     for (const char* v : kEnvVars)
       if (const char* val = std::getenv(v)) j["environment"][v] = val;
@@ -83,6 +100,7 @@ int run_devices(const DevicesArgs& a) {
                 config::get_memory_growth(p.device) ? "on" : "off",
                 feats.empty() ? "-" : feats.c_str());
   }
+  if (std::string why = cuda_reason(phys); !why.empty()) std::printf("  (no GPU: %s)\n", why.c_str());
   std::printf("Logical devices\n");
   for (const auto& l : logical) {
     AllocatorStats s = config::memory_stats(l.device);
@@ -93,6 +111,10 @@ int run_devices(const DevicesArgs& a) {
                 config::format_bytes(s.bytes_in_use).c_str(), config::format_bytes(s.peak_bytes_in_use).c_str(),
                 config::format_bytes(s.bytes_reserved).c_str(), static_cast<long long>(s.num_regions),
                 s.num_regions == 1 ? "" : "s", config::format_bytes(s.largest_free_block).c_str());
+    std::string line;
+    for (const DeviceReading& r : readings_of(l.device))
+      line += (line.empty() ? "          " : "  ") + r.name + " " + std::to_string(r.value);
+    if (!line.empty()) std::printf("%s\n", line.c_str());
   }
   std::string env;
   for (const char* v : kEnvVars)
