@@ -116,14 +116,17 @@ auto case_name = [](const auto& i) { return i.param.name; };
 class ConvOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(ConvOps, MatchesNumpy) { run_op_case("nn", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Table, ConvOps, ::testing::ValuesIn(conv_cases()), case_name);
+KILN_CUDA_OP_TABLE(ConvOps, "nn", conv_cases());
 
 class ConvBackwardOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(ConvBackwardOps, MatchesNumpy) { run_op_case("nn", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Table, ConvBackwardOps, ::testing::ValuesIn(bwd_cases()), case_name);
+KILN_CUDA_OP_TABLE(ConvBackwardOps, "nn", bwd_cases());
 
 class PoolOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(PoolOps, MatchesNumpy) { run_op_case("nn", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Table, PoolOps, ::testing::ValuesIn(pool_cases()), case_name);
+KILN_CUDA_OP_TABLE(PoolOps, "nn", pool_cases());
 
 // ---- adjoint identities and f32/f64 agreement on larger shapes --------------------------
 

@@ -65,6 +65,7 @@ class ElementwiseOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(ElementwiseOps, MatchesNumpy) { run_op_case("elementwise", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Table, ElementwiseOps, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
+KILN_CUDA_OP_TABLE(ElementwiseOps, "elementwise", cases());
 
 TEST(Elementwise, IntegerArithmeticIsExact) {
   Tensor a = make<int32_t>({1, -2, 3, 7}, {4});

@@ -52,6 +52,7 @@ class IndexOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(IndexOps, MatchesNumpy) { run_op_case("shape", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Table, IndexOps, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
+KILN_CUDA_OP_TABLE(IndexOps, "shape", cases());
 
 // ---- every dtype, hand-computed ------------------------------------------------------
 

@@ -41,6 +41,7 @@ std::vector<OpCase> einsum_cases() {
 class EinsumOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(EinsumOps, MatchesNumpy) { run_op_case("linalg", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Table, EinsumOps, ::testing::ValuesIn(einsum_cases()), [](const auto& i) { return i.param.name; });
+KILN_CUDA_OP_TABLE(EinsumOps, "linalg", einsum_cases());
 
 TEST(Einsum, BadEquationsGiveTypedErrors) {
   Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4, 5});
@@ -54,6 +55,7 @@ TEST(Einsum, BadEquationsGiveTypedErrors) {
 class MatmulOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(MatmulOps, MatchesNumpy) { run_op_case("linalg", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Table, MatmulOps, ::testing::ValuesIn(cases()), [](const auto& i) { return i.param.name; });
+KILN_CUDA_OP_TABLE(MatmulOps, "linalg", cases());
 
 TEST(Matmul, IntegerIsExact) {
   Tensor a = make<int32_t>({1, 2, 3, 4, 5, 6}, {2, 3});

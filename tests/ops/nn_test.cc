@@ -35,6 +35,7 @@ class SoftmaxOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(SoftmaxOps, MatchesNumpy) { run_op_case("nn", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Table, SoftmaxOps, ::testing::ValuesIn(softmax_cases()),
                          [](const auto& i) { return i.param.name; });
+KILN_CUDA_OP_TABLE(SoftmaxOps, "nn", softmax_cases());
 
 OpFn attn(bool causal, std::optional<double> scale = std::nullopt) {
   return [=](const std::vector<Tensor>& in) {
@@ -60,6 +61,7 @@ class AttentionOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(AttentionOps, MatchesNumpy) { run_op_case("nn", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Table, AttentionOps, ::testing::ValuesIn(attention_cases()),
                          [](const auto& i) { return i.param.name; });
+KILN_CUDA_OP_TABLE(AttentionOps, "nn", attention_cases());
 
 // ---- softmax properties -------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ std::vector<OpCase> cases() {
 class NormOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(NormOps, MatchesNumpy) { run_op_case("nn", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Table, NormOps, ::testing::ValuesIn(cases()), [](const auto& i) { return i.param.name; });
+KILN_CUDA_OP_TABLE(NormOps, "nn", cases());
 
 // Per-row mean and (biased) variance of a [rows, d] tensor, in double.
 void row_moments(const Tensor& t, int64_t d, std::vector<double>& mean, std::vector<double>& var) {

@@ -34,6 +34,17 @@ std::vector<Tensor> load_outputs(const std::string& family, const std::string& n
 // Runs one case for all its dtypes with gtest assertions.
 void run_op_case(const std::string& family, const OpCase& c);
 
+// Runs every case on the first CUDA device and compares with the same case on the CPU
+// (itself checked against NumPy by run_op_case), forward for every dtype of the case
+// and backward (tape gradients with a fixed random cotangent) for f32. Skipped, with
+// the reason, when there is no CUDA device. One test per table: a process that asks
+// for CUDA loads the plugin and its libraries (a fraction of a second).
+void run_op_cases_cuda(const std::string& family, const std::vector<OpCase>& cases);
+
+// The CUDA twin of a table test suite: TEST(<Suite>OnCuda, MatchesCpu).
+#define KILN_CUDA_OP_TABLE(Suite, family, cases_expr) \
+  TEST(Suite##OnCuda, MatchesCpu) { ::kiln::testing::run_op_cases_cuda(family, cases_expr); }
+
 inline OpFn unary_fn(Tensor (*f)(const Tensor&)) {
   return [f](const std::vector<Tensor>& in) { return std::vector<Tensor>{f(in[0])}; };
 }

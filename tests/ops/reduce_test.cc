@@ -99,6 +99,7 @@ class ReduceOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(ReduceOps, MatchesNumpy) { run_op_case("reduce", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Table, ReduceOps, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
+KILN_CUDA_OP_TABLE(ReduceOps, "reduce", cases());
 
 // ---- large reductions: input rebuilt here, NumPy outputs from the fixtures ---------
 

@@ -71,6 +71,7 @@ class ShapeOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(ShapeOps, MatchesNumpy) { run_op_case("shape", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Table, ShapeOps, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
+KILN_CUDA_OP_TABLE(ShapeOps, "shape", cases());
 
 // ---- every dtype, hand-computed ------------------------------------------------------
 
