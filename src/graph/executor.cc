@@ -151,8 +151,8 @@ Device Executor::run_device(const std::vector<Tensor>& inputs) const {
         dev = t.device();
         break;
       }
-  // Logical CPU devices all hold host memory: the CPU plan serves them all.
-  return dev && dev->type != DeviceType::kCPU ? *dev : Device::cpu();
+  // Outputs and the arena go on that device (for a logical CPU device: its allocator).
+  return dev ? *dev : Device::cpu();
 }
 
 std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>& inputs, Device device) {

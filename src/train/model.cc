@@ -163,7 +163,10 @@ void Model::compile(CompileOptions opts) {
   compiled_ = true;
   train_fn_.reset();  // a new optimizer or loss: trace again
   device_ = device;
-  for (const Variable& v : weights())
+  // Weights, and the optimizer's iterations and slots: a traced step runs on one device.
+  std::vector<Variable> vars = weights();
+  for (const Variable& v : opts_.optimizer->variables()) vars.push_back(v);
+  for (const Variable& v : vars)
     if (v.peek().device() != device_) v.assign(v.peek().to(device_));
 }
 
@@ -229,8 +232,9 @@ Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor
     auto [hyper, step_t] = opts_.optimizer->step_inputs();
     std::vector<Tensor> args = x;
     args.insert(args.end(), y.begin(), y.end());
-    args.push_back(hyper);
-    args.push_back(step_t);
+    // On the model's device: tracing runs the step eagerly on these very arguments.
+    args.push_back(hyper.to(device_));
+    args.push_back(step_t.to(device_));
     std::vector<Tensor> out = (*train_fn_)(args);
     loss = out[0];
     preds.assign(out.begin() + 1, out.end());

@@ -146,7 +146,7 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
   const double lr = learning_rate();
   const int64_t step = iterations() + 1;
   for (size_t i = 0; i < g.size(); ++i) update(v[i], g[i], slots_.at(v[i].uid()), lr, step);
-  iterations_.assign(Tensor::scalar<int64_t>(step));
+  iterations_.assign(Tensor::scalar<int64_t>(step).to(iterations_.peek().device()));  // stays with the model
 }
 
 double clip_by_global_norm(std::vector<Tensor>& grads, double clip_norm) {

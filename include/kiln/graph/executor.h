@@ -13,9 +13,10 @@
 // op and attrs in the trace (a dropout and the dropout of its gradient) share one draw.
 //
 // Devices: a run executes on the device of the graph's variables, else on that of its
-// first input not on the CPU, else on the CPU; the plan (kernels, arena, copies of the
-// constants) is per device. Inputs elsewhere are copied to that device; variables on
-// another device are an InvalidArgumentError. On CUDA every kernel is enqueued on the
+// first input not on the CPU, else on cpu:0; the plan (kernels, arena, copies of the
+// constants) is per device. Inputs on another device type are copied to that device
+// (logical CPU devices all hold host memory: their tensors are read where they are);
+// variables on several devices are an InvalidArgumentError. On CUDA every kernel is enqueued on the
 // device's stream and a run returns without waiting for them (reading an output on
 // the host waits).
 //
