@@ -6,9 +6,26 @@
 #include <cstdint>
 #include <vector>
 
+#include <algorithm>
+
+#include "kiln/core/op_registry.h"
 #include "kiln/core/shape.h"
 
 namespace kiln::backends {
+
+// The "axes" attribute normalised and sorted (empty = all; negative from the end). The
+// op's infer function has already validated it.
+inline std::vector<int> reduction_axes(const Attrs& attrs, int rank) {
+  const std::vector<int64_t> given = attrs.get_ints("axes", {});
+  std::vector<int> axes;
+  if (given.empty()) {
+    for (int i = 0; i < rank; ++i) axes.push_back(i);
+    return axes;
+  }
+  for (int64_t a : given) axes.push_back(normalize_axis(a, rank, "reduction axis"));
+  std::sort(axes.begin(), axes.end());
+  return axes;
+}
 
 struct ReductionPlan {
   int64_t outer = 1, reduced = 1, inner = 1;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/fused_program.h"
 #include "kernel_util.h"
 #include "loops.h"
 #include "vecmath.h"
@@ -83,18 +84,7 @@ void run(const Instr& in, const float* __restrict x, const float* __restrict y, 
 
 void k_fused_elementwise(OpContext& ctx) {
   std::vector<Instr> prog;
-  {
-    const std::string& ops = ctx.attrs.get_string("ops");
-    const std::vector<int64_t>& args = ctx.attrs.get_ints("args");
-    size_t start = 0;
-    for (size_t i = 0; i <= ops.size(); ++i)
-      if (i == ops.size() || ops[i] == ',') {
-        const size_t k = prog.size();
-        prog.push_back({code_of(ops.substr(start, i - start)), static_cast<int>(args[2 * k]),
-                        static_cast<int>(args[2 * k + 1])});
-        start = i + 1;
-      }
-  }
+  for (const backends::FusedStep& st : backends::fused_program(ctx.attrs)) prog.push_back({code_of(st.op), st.a, st.b});
   const int n_in = static_cast<int>(ctx.in.size());
   const int n_regs = n_in + static_cast<int>(prog.size());
   const int64_t numel = ctx.out[0].numel();

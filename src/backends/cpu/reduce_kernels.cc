@@ -15,18 +15,6 @@ namespace kiln::cpu {
 
 // ---- view preparation --------------------------------------------------------------
 
-std::vector<int> reduction_axes(const Attrs& attrs, int rank) {
-  const std::vector<int64_t> given = attrs.get_ints("axes", {});
-  std::vector<int> axes;
-  if (given.empty()) {
-    for (int i = 0; i < rank; ++i) axes.push_back(i);
-    return axes;
-  }
-  for (int64_t a : given) axes.push_back(normalize_axis(a, rank, "reduction axis"));
-  std::sort(axes.begin(), axes.end());
-  return axes;
-}
-
 namespace {
 // Copies a row-major array of dims[0..rank) into `dst` with its dims reordered as
 // perm (dst dim k = src dim perm[k]); perm[rank-1] == rank-1, so rows move whole.
@@ -223,7 +211,7 @@ struct ExpShiftP {
 template <class P>
 void run_policy(OpContext& ctx, const P& p) {
   const Tensor& x = ctx.in[0];
-  ReductionView v = prepare_reduction(x, reduction_axes(ctx.attrs, x.rank()));
+  ReductionView v = prepare_reduction(x, backends::reduction_axes(ctx.attrs, x.rank()));
   reduce_run(p, static_cast<const typename P::In*>(v.data), ctx.out[0].data<typename P::Out>(), v.outer, v.reduced,
              v.inner);
 }
@@ -248,7 +236,7 @@ void k_any(OpContext& ctx) { run_policy(ctx, LogicalP<T, false>{}); }
 template <typename T>
 void k_var(OpContext& ctx) {
   const Tensor& x = ctx.in[0];
-  ReductionView v = prepare_reduction(x, reduction_axes(ctx.attrs, x.rank()));
+  ReductionView v = prepare_reduction(x, backends::reduction_axes(ctx.attrs, x.rank()));
   const T* data = static_cast<const T*>(v.data);
   std::vector<double> center(static_cast<size_t>(v.outer * v.inner));
   if (v.reduced > 0) reduce_run(MeanP<T, double>{}, data, center.data(), v.outer, v.reduced, v.inner);
@@ -261,7 +249,7 @@ void k_var(OpContext& ctx) {
 template <typename T>
 void k_logsumexp(OpContext& ctx) {
   const Tensor& x = ctx.in[0];
-  ReductionView v = prepare_reduction(x, reduction_axes(ctx.attrs, x.rank()));
+  ReductionView v = prepare_reduction(x, backends::reduction_axes(ctx.attrs, x.rank()));
   const T* data = static_cast<const T*>(v.data);
   std::vector<T> center(static_cast<size_t>(v.outer * v.inner), T(0));
   if (v.reduced > 0) {

@@ -51,9 +51,6 @@ struct ReductionView {
   Tensor holder;
 };
 
-// Normalises the "axes" attribute (empty = all; negative from the end). The op's
-// infer function has already validated it.
-std::vector<int> reduction_axes(const Attrs& attrs, int rank);
 ReductionView prepare_reduction(const Tensor& x, const std::vector<int>& axes);
 
 // ---- engine ------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "../common/fused_program.h"
 #include "elementwise_launch.h"
 #include "kernel_util.h"
 
@@ -42,17 +43,8 @@ struct Instr {
 };
 
 std::vector<Instr> parse(const Attrs& attrs) {
-  const std::string& ops = attrs.get_string("ops");
-  const std::vector<int64_t>& args = attrs.get_ints("args");
   std::vector<Instr> prog;
-  size_t start = 0;
-  for (size_t i = 0; i <= ops.size(); ++i)
-    if (i == ops.size() || ops[i] == ',') {
-      const size_t k = prog.size();
-      prog.push_back({code_of(ops.substr(start, i - start)), static_cast<int>(args[2 * k]),
-                      static_cast<int>(args[2 * k + 1])});
-      start = i + 1;
-    }
+  for (const backends::FusedStep& st : backends::fused_program(attrs)) prog.push_back({code_of(st.op), st.a, st.b});
   return prog;
 }
 

@@ -17,19 +17,6 @@
 namespace kiln::cuda {
 namespace {
 
-std::vector<int> reduction_axes(const Attrs& attrs, int rank) {
-  const std::vector<int64_t> given = attrs.get_ints("axes", {});
-  std::vector<int> axes;
-  if (given.empty()) {
-    for (int i = 0; i < rank; ++i) axes.push_back(i);
-    return axes;
-  }
-  for (int64_t a : given) axes.push_back(normalize_axis(a, rank, "reduction axis"));
-  std::sort(axes.begin(), axes.end());
-  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
-  return axes;
-}
-
 // The (O, R, I) view of x; `holder` keeps a permuted copy alive.
 struct View {
   const void* data = nullptr;
@@ -67,7 +54,7 @@ void k_reduce(OpContext& ctx) {
   Tensor& out = ctx.out[0];
   if (out.numel() == 0) return;
   KernelScope s(out);
-  View v = prepare(x, reduction_axes(ctx.attrs, x.rank()), s.stream);
+  View v = prepare(x, backends::reduction_axes(ctx.attrs, x.rank()), s.stream);
   ReduceArgs a;
   a.x = v.data;
   a.dtype = x.dtype();
