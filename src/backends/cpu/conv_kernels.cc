@@ -144,6 +144,7 @@ struct DnnlConv {
   memory::desc src, dst, user_w, any_w, bias;
   memory::dims strides, dilates, pad_l, pad_r;
   std::string key;
+  bool serial = false;  // small enough for the calling thread alone (onednn::runs_serial)
 
   DnnlConv(const Conv2dGeometry& g, bool with_bias) {
     const auto& v = g.win;
@@ -159,6 +160,8 @@ struct DnnlConv {
     key = std::to_string(g.nchw) + "|" + std::to_string(g.n) + "," + std::to_string(g.c) + "," + std::to_string(g.h) +
           "," + std::to_string(g.w) + "," + std::to_string(g.o) + "," + std::to_string(g.groups) + "|" +
           nn::window_key(v) + "|" + std::to_string(with_bias);
+    serial = onednn::runs_serial(g.n * v.oh * v.ow * g.o * g.cin_per_group() * v.kh * v.kw);
+    key += onednn::serial_tag(serial);
   }
 
   // relu: a ReLU post-op on the output (fused_conv2d).
@@ -200,6 +203,7 @@ void conv2d_forward_f32(OpContext& ctx, bool relu) {
   const bool with_bias = ctx.in.size() == 3;
   const float* bias = with_bias ? static_cast<const float*>(ctx.in[2].raw_data()) : nullptr;
   DnnlConv c(g, with_bias);
+  onednn::SerialScope one_thread(c.serial);
   try {
     dnnl::primitive p = onednn::cached("conv_fwd|" + c.key + (relu ? "|relu" : ""), [&]() -> dnnl::primitive {
       return dnnl::convolution_forward(c.forward_pd(dnnl::prop_kind::forward_inference, relu));
@@ -245,6 +249,7 @@ void conv2d_backward_data_f32(OpContext& ctx) {
     return;
   }
   DnnlConv c(g, false);
+  onednn::SerialScope one_thread(c.serial);
   try {
     dnnl::primitive p = onednn::cached("conv_bwd_data|" + c.key, [&]() -> dnnl::primitive {
       auto hint = c.forward_pd(dnnl::prop_kind::forward_training);
@@ -274,6 +279,7 @@ void conv2d_backward_filter_f32(OpContext& ctx) {
     return;
   }
   DnnlConv c(g, false);
+  onednn::SerialScope one_thread(c.serial);
   try {
     dnnl::primitive p = onednn::cached("conv_bwd_w|" + c.key, [&]() -> dnnl::primitive {
       auto hint = c.forward_pd(dnnl::prop_kind::forward_training);

@@ -1,5 +1,7 @@
 #include "onednn.h"
 
+#include <omp.h>
+
 #include <mutex>
 #include <unordered_map>
 
@@ -49,6 +51,15 @@ dnnl::primitive cached(const std::string& key, const std::function<dnnl::primiti
   return cache->emplace(key, p).first->second;
 }
 
+SerialScope::SerialScope(bool on) {
+  if (!on || omp_get_max_threads() == 1) return;
+  saved_ = omp_get_max_threads();
+  omp_set_num_threads(1);
+}
+SerialScope::~SerialScope() {
+  if (saved_ > 0) omp_set_num_threads(saved_);
+}
+
 bool is_optimized(const dnnl::primitive_desc_base& pd) {
   std::string impl = pd.impl_info_str();
   return impl.rfind("ref", 0) != 0;
@@ -90,10 +101,14 @@ bool gemm(const GemmDims& d, DType dtype, const void* a, const void* b, void* c)
 
 bool gemm(const GemmDims& d, DType dtype, const void* a, const void* b, const void* bias, bool relu, void* c) {
   auto dt = to_dnnl(dtype);
+  int64_t macs = d.M * d.N * d.K;
+  for (auto b : d.c_batch) macs *= b;
+  const bool serial = runs_serial(macs);
+  SerialScope one_thread(serial);
   std::string key = "mm|" + std::to_string(static_cast<int>(dtype)) + "|" + dims_key(d.a_batch) + "|" +
                     dims_key(d.b_batch) + "|" + std::to_string(d.M) + "," + std::to_string(d.N) + "," +
                     std::to_string(d.K) + "|" + std::to_string(d.trans_a) + std::to_string(d.trans_b) + "|" +
-                    std::to_string(bias != nullptr) + std::to_string(relu);
+                    std::to_string(bias != nullptr) + std::to_string(relu) + serial_tag(serial);
   auto a_md = matrix_desc(d.a_batch, d.M, d.K, d.trans_a, dt);
   auto b_md = matrix_desc(d.b_batch, d.K, d.N, d.trans_b, dt);
   auto c_md = matrix_desc(d.c_batch, d.M, d.N, false, dt);

@@ -208,8 +208,11 @@ void onednn_qmatmul(int64_t M, int64_t K, int64_t N, const uint8_t* a, const int
   memory::desc b_md({K, N}, memory::data_type::s8, memory::format_tag::ab);
   memory::desc c_md({M, N}, memory::data_type::f32, memory::format_tag::ab);
   memory::desc bias_md({1, N}, memory::data_type::f32, memory::format_tag::ab);
+  const bool serial = onednn::runs_serial(M * K * N);
+  onednn::SerialScope one_thread(serial);
   const std::string key = "qmm|" + std::to_string(M) + "," + std::to_string(K) + "," + std::to_string(N) + "|" +
-                          std::to_string(zp != 0) + std::to_string(bias != nullptr) + std::to_string(relu);
+                          std::to_string(zp != 0) + std::to_string(bias != nullptr) + std::to_string(relu) +
+                          onednn::serial_tag(serial);
   dnnl::primitive p = onednn::cached(key, [&]() -> dnnl::primitive {
     dnnl::primitive_attr attr = int8_attr(zp != 0, bias != nullptr, bias_md, relu);
     attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});
@@ -243,7 +246,9 @@ void onednn_qconv(const Conv2dGeometry& g, const uint8_t* xq, const int8_t* w, c
   memory::desc any_w = G == 1 ? memory::desc({O, I, KH, KW}, s8, memory::format_tag::any)
                               : memory::desc({G, OG, I, KH, KW}, s8, memory::format_tag::any);
   memory::desc bias_md({1, O, 1, 1}, memory::data_type::f32, memory::format_tag::nchw);
-  const std::string key = "qconv|" + std::to_string(g.n) + "," + std::to_string(g.c) + "," + std::to_string(g.h) +
+  const bool serial = onednn::runs_serial(g.n * v.oh * v.ow * O * I * KH * KW);
+  onednn::SerialScope one_thread(serial);
+  const std::string key = std::string("qconv") + onednn::serial_tag(serial) + "|" + std::to_string(g.n) + "," + std::to_string(g.c) + "," + std::to_string(g.h) +
                           "," + std::to_string(g.w) + "," + std::to_string(O) + "," + std::to_string(G) + "|" +
                           nn::window_key(v) + "|" + std::to_string(zp != 0) + std::to_string(bias != nullptr) +
                           std::to_string(relu) + "|" +
