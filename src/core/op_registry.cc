@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "kiln/core/kernel_cache.h"
+
 namespace kiln {
 
 // ---- Attrs -------------------------------------------------------------------------
@@ -228,7 +230,10 @@ void run(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, De
   outs.reserve(out_meta.size());
   for (auto& m : out_meta) outs.push_back(Tensor::empty(m.shape, m.dtype, device));
   OpContext ctx{op, inputs, outs, attrs};
-  k(ctx);
+  {
+    KernelCacheScope eager(nullptr);  // an op called from inside a graph kernel is eager
+    k(ctx);
+  }
   if (t_observer) t_observer->on_op(op, inputs, outs, attrs);
 }
 }  // namespace

@@ -4,8 +4,9 @@
 #include <list>
 #include <optional>
 
-#include "kiln/core/error.h"
 #include "kiln/core/allocator.h"
+#include "kiln/core/error.h"
+#include "kiln/core/kernel_cache.h"
 #include "kiln/graph/profiler.h"
 
 namespace kiln::graph {
@@ -93,6 +94,7 @@ struct Executor::Plan {
   std::vector<Tensor> constants;       // per node: a constant copied to `device` (off the CPU only)
   std::vector<std::vector<Buf>> bufs;  // per node, per output
   std::vector<KernelFn> kernels;
+  std::vector<std::unique_ptr<KernelCache>> caches;  // per op node: what its kernel keeps across runs
   size_t arena_bytes = 0;
   MemoryPlanStats stats;
   std::mutex pool_mu;
@@ -219,6 +221,16 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
       v = graph_.nodes[static_cast<size_t>(v.node)].inputs[0];
     return v;
   };
+  // Kernel caches, knowing which inputs are graph constants (seen through views).
+  p->caches.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (!p->kernels[i]) continue;
+    uint64_t constant = 0;
+    const auto& ins = graph_.nodes[i].inputs;
+    for (size_t j = 0; j < ins.size() && j < 64; ++j)
+      if (graph_.nodes[static_cast<size_t>(root(ins[j]).node)].kind == NodeKind::kConstant) constant |= uint64_t{1} << j;
+    p->caches[i] = std::make_unique<KernelCache>(constant);
+  }
   std::map<ValueRef, size_t> last_use;
   for (size_t i = 0; i < n; ++i)
     for (ValueRef v : graph_.nodes[i].inputs) last_use[root(v)] = i;
@@ -329,6 +341,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
         attrs = a.get();
       }
       OpContext ctx{*node.op, in, out, *attrs};
+      KernelCacheScope cache(p.caches[i].get());
       if (profile) {
         const double t0 = detail::now_us();
         p.kernels[i](ctx);

@@ -4,10 +4,12 @@
 // (elementwise_kernels.cc), in f32, so results match the unfused graph.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "../common/fused_program.h"
+#include "kiln/core/kernel_cache.h"
 #include "kernel_util.h"
 #include "loops.h"
 #include "vecmath.h"
@@ -82,7 +84,15 @@ void run(const Instr& in, const float* __restrict x, const float* __restrict y, 
   }
 }
 
-void k_fused_elementwise(OpContext& ctx) {
+// The program and its block assignment: from the attrs and which inputs are scalars,
+// so a graph node prepares it once (kiln/core/kernel_cache.h).
+struct Prepared {
+  std::vector<Instr> prog;
+  std::vector<int> block_of;  // per register: its scratch block, -1 = read the tensor directly
+  int n_slots = 0;
+};
+
+Prepared prepare(const OpContext& ctx) {
   std::vector<Instr> prog;
   for (const backends::FusedStep& st : backends::fused_program(ctx.attrs)) prog.push_back({code_of(st.op), st.a, st.b});
   const int n_in = static_cast<int>(ctx.in.size());
@@ -95,12 +105,6 @@ void k_fused_elementwise(OpContext& ctx) {
   for (size_t k = 0; k < prog.size(); ++k) {
     last_use[static_cast<size_t>(prog[k].a)] = static_cast<int>(k);
     if (prog[k].b >= 0) last_use[static_cast<size_t>(prog[k].b)] = static_cast<int>(k);
-  }
-  std::vector<float> scalars(static_cast<size_t>(n_in));
-  std::vector<const float*> inputs(static_cast<size_t>(n_in));
-  for (int r = 0; r < n_in; ++r) {
-    inputs[static_cast<size_t>(r)] = static_cast<const float*>(ctx.in[static_cast<size_t>(r)].raw_data());
-    if (ctx.in[static_cast<size_t>(r)].numel() == 1) scalars[static_cast<size_t>(r)] = inputs[static_cast<size_t>(r)][0];
   }
   // Blocks: broadcast inputs first, then each result takes a free one; operands read
   // for the last time free theirs after the result took its own (an instruction never
@@ -126,6 +130,25 @@ void k_fused_elementwise(OpContext& ctx) {
         fs.push_back(block_of[static_cast<size_t>(b)]);
     }
     n_slots = next;
+  }
+  return {std::move(prog), std::move(block_of), n_slots};
+}
+
+void k_fused_elementwise(OpContext& ctx) {
+  KernelCache* cache = current_kernel_cache();
+  const std::shared_ptr<const Prepared> prepared =
+      cache ? cache->get<Prepared>(0, [&] { return prepare(ctx); }) : std::make_shared<const Prepared>(prepare(ctx));
+  const std::vector<Instr>& prog = prepared->prog;
+  const std::vector<int>& block_of = prepared->block_of;
+  const int n_slots = prepared->n_slots;
+  const int n_in = static_cast<int>(ctx.in.size());
+  const int n_regs = n_in + static_cast<int>(prog.size());
+  const int64_t numel = ctx.out[0].numel();
+  std::vector<float> scalars(static_cast<size_t>(n_in));
+  std::vector<const float*> inputs(static_cast<size_t>(n_in));
+  for (int r = 0; r < n_in; ++r) {
+    inputs[static_cast<size_t>(r)] = static_cast<const float*>(ctx.in[static_cast<size_t>(r)].raw_data());
+    if (ctx.in[static_cast<size_t>(r)].numel() == 1) scalars[static_cast<size_t>(r)] = inputs[static_cast<size_t>(r)][0];
   }
   float* out = static_cast<float*>(ctx.out[0].raw_data());
   parallel_for(numel, kElementwiseGrain, [&](int64_t begin, int64_t end) {

@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/core/kernel_cache.h"
 #include "kiln/core/parallel.h"
 #include "nn_kernel_util.h"
 
@@ -231,9 +232,10 @@ void onednn_qmatmul(int64_t M, int64_t K, int64_t N, const uint8_t* a, const int
   onednn::stream().wait();
 }
 
-// y NHWC = act(scales[o] * conv(xq - zp, w) + bias[o]); xq u8 NHWC, w s8 HWIO.
+// y NHWC = act(scales[o] * conv(xq - zp, w) + bias[o]); xq u8 NHWC, w s8 HWIO. With a
+// `cache`, w is the same on every call of this graph node: its reorder is kept in `slot`.
 void onednn_qconv(const Conv2dGeometry& g, const uint8_t* xq, const int8_t* w, const float* scales, int32_t zp,
-                  const float* bias, bool relu, float* y) {
+                  const float* bias, bool relu, float* y, KernelCache* cache, int slot) {
   auto& eng = onednn::engine();
   const auto& v = g.win;
   const int64_t G = g.groups, O = g.o, OG = g.cout_per_group(), I = g.cin_per_group(), KH = v.kh, KW = v.kw;
@@ -271,14 +273,16 @@ void onednn_qconv(const Conv2dGeometry& g, const uint8_t* xq, const int8_t* w, c
   // compensation that the reorder computes).
   memory::desc want = nn::queried_md(p, dnnl_query_weights_md);
   memory um(user_w, eng, const_cast<int8_t*>(w));
-  memory wm = um;
-  if (!(want == user_w)) {
-    wm = memory(want, eng);
+  auto reordered = [&] {
+    memory wm(want, eng);
     dnnl::primitive r = onednn::cached("qconv_w|" + key, [&]() -> dnnl::primitive {
       return dnnl::reorder(dnnl::reorder::primitive_desc(eng, user_w, eng, want));
     });
     r.execute(onednn::stream(), {{DNNL_ARG_FROM, um}, {DNNL_ARG_TO, wm}});
-  }
+    return wm;
+  };
+  memory wm = um;
+  if (!(want == user_w)) wm = cache ? *cache->get<memory>(slot, reordered) : reordered();
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(src, eng, const_cast<uint8_t*>(xq))},
                                        {DNNL_ARG_WEIGHTS, wm},
                                        {DNNL_ARG_DST, memory(dst, eng, y)}};
@@ -397,6 +401,16 @@ constexpr int64_t kMaxF32Channels = 3;
 // The f32 route: fused_conv2d's f32 kernel (oneDNN, bias and ReLU fused) on the
 // dequantised operands (xq - zp) * x_scale and w_q * w_scale[o]: the same products,
 // rounded to f32 (relative error ~1e-7 against the exact int32 sum).
+// qlinear_conv2d's per-node cache slots (kiln/core/kernel_cache.h); slot 0 belongs to
+// fused_conv2d's kernel, which conv_dequantised runs in the same node.
+constexpr int kDequantisedFilterSlot = 1, kFilterSlot = 2, kSplitFilterSlot = 3;
+
+// Whether the filter and its scales are graph constants (their derived forms cacheable).
+bool constant_filter(const OpContext& ctx) {
+  const KernelCache* cache = current_kernel_cache();
+  return cache && cache->constant_input(1) && cache->constant_input(2);
+}
+
 void conv_dequantised(OpContext& ctx, QParams p) {
   const Tensor& x = ctx.in[0];
   Tensor xd = Tensor::empty(x.shape(), DType::kF32);
@@ -412,19 +426,28 @@ void conv_dequantised(OpContext& ctx, QParams p) {
       d[i] = (v - zp) * p.scale;
     }
   });
-  const Tensor& w = ctx.in[1];
-  Tensor wd = Tensor::empty(w.shape(), DType::kF32);
-  const int8_t* wq = w.data<int8_t>();
-  const float* ws = ctx.in[2].data<float>();
-  const int64_t o = ctx.in[2].numel();
-  float* wf = wd.data<float>();
-  for (int64_t i = 0; i < w.numel(); ++i) wf[i] = static_cast<float>(wq[i]) * ws[i % o];  // HWIO: o is last
+  auto dequantised_filter = [&] {
+    const Tensor& w = ctx.in[1];
+    Tensor wd = Tensor::empty(w.shape(), DType::kF32);
+    const int8_t* wq = w.data<int8_t>();
+    const float* ws = ctx.in[2].data<float>();
+    const int64_t o = ctx.in[2].numel();
+    float* wf = wd.data<float>();
+    for (int64_t i = 0; i < w.numel(); ++i) wf[i] = static_cast<float>(wq[i]) * ws[i % o];  // HWIO: o is last
+    return wd;
+  };
+  // With a constant filter and scales (a converted package), the f32 filter is made
+  // once per graph node, and fused_conv2d's kernel below keeps its oneDNN layout in the
+  // same node's cache (slot 0); otherwise that kernel must see no cache.
+  KernelCache* cache = constant_filter(ctx) ? current_kernel_cache() : nullptr;
+  const Tensor wd = cache ? *cache->get<Tensor>(kDequantisedFilterSlot, dequantised_filter) : dequantised_filter();
   const OpDef& fused = OpRegistry::global().get("fused_conv2d");
   KernelFn k = fused.kernel(DeviceType::kCPU, DType::kF32);
   KILN_CHECK_INTERNAL(k != nullptr, "fused_conv2d has no f32 CPU kernel");
   std::vector<Tensor> in{xd, wd};
   if (ctx.in.size() == 4) in.push_back(ctx.in[3]);
   OpContext c{fused, in, ctx.out, ctx.attrs};  // reads conv2d's attrs and "activation"
+  KernelCacheScope scope(cache);
   k(c);
 }
 
@@ -454,7 +477,8 @@ void qlinear_conv2d_f32(OpContext& ctx) {
   Tensor xw, ww;
   const uint8_t* a = xq.data<uint8_t>();
   const int8_t* b = wq;
-  if (!saturation_free(max_xq, wq, wn)) {
+  const bool split = !saturation_free(max_xq, wq, wn);
+  if (split) {
     // x [N*H*W, G, I] -> [N*H*W, G, 2, I]; filter HWIO [KH*KW, I, O] -> [KH*KW, 2I, O]
     // (rows i < I hold the high halves, rows I + i the low halves).
     const int64_t I = g.cin_per_group(), O = g.o, taps = g.win.kh * g.win.kw;
@@ -468,7 +492,8 @@ void qlinear_conv2d_f32(OpContext& ctx) {
     gd.c *= 2;
   }
   try {
-    onednn_qconv(gd, a, b, scales.data(), p.zero_point, bias, relu, y);
+    KernelCache* cache = constant_filter(ctx) ? current_kernel_cache() : nullptr;
+    onednn_qconv(gd, a, b, scales.data(), p.zero_point, bias, relu, y, cache, split ? kSplitFilterSlot : kFilterSlot);
   } catch (const dnnl::error&) {
     qconv_loop(g, xq.data<uint8_t>(), wq, scales.data(), p.zero_point, bias, relu, y);
   }

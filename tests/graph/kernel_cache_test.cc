@@ -1,0 +1,131 @@
+// Per-node kernel caches (kiln/core/kernel_cache.h) in compiled graphs: a constant
+// filter is re-laid-out once per node and reused, inputs and variables never are, and
+// graphs stay equal to eager calls whatever changes between runs. The kernel-level
+// tests write into a "constant" after the first call: a cached kernel must still see
+// the old data (that is what proves it cached), an uncached one the new.
+#include <cstring>
+
+#include "kiln/core/kernel_cache.h"
+#include "kiln/graph/function.h"
+#include "kiln/ops.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+using testing::rand_tensor;
+
+ops::Conv2dOptions same() {
+  ops::Conv2dOptions o;
+  o.padding = "same";
+  return o;
+}
+
+// The op node `name` of f's graph for `args` (its op and attrs as the passes made them).
+const graph::Node& node_of(Function& f, const std::vector<Tensor>& args, const std::string& name) {
+  for (const graph::Node& n : f.concrete(args).graph().nodes)
+    if (n.kind == graph::NodeKind::kOp && n.op->name == name) return n;
+  throw std::runtime_error("no " + name + " node");
+}
+
+// Runs node's CPU kernel on `in` under `cache` (null: as eagerly).
+Tensor run_kernel(const graph::Node& node, std::vector<Tensor> in, KernelCache* cache) {
+  std::vector<TensorMeta> metas;
+  for (const Tensor& t : in) metas.push_back({t.shape(), t.dtype()});
+  const TensorMeta out = node.op->infer(metas, node.attrs).at(0);
+  std::vector<Tensor> outs{Tensor::empty(out.shape, out.dtype)};
+  OpContext ctx{*node.op, in, outs, node.attrs};
+  KernelCacheScope scope(cache);
+  node.op->kernel(DeviceType::kCPU, DType::kF32)(ctx);
+  return outs[0];
+}
+
+void overwrite(Tensor& dst, const Tensor& src) { std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes()); }
+
+TEST(KernelCacheInGraphs, ConstantFilterMatchesEagerOnEveryRun) {
+  const Tensor w = rand_tensor({3, 3, 8, 16}, DType::kF32, -1, 1, 1), b = rand_tensor({16}, DType::kF32, -1, 1, 2);
+  auto model = [&](const std::vector<Tensor>& x) { return std::vector<Tensor>{ops::relu(ops::conv2d(x[0], w, same(), b))}; };
+  Function f = function(model);
+  for (uint64_t seed = 10; seed < 14; ++seed) {
+    Tensor x = rand_tensor({2, 9, 9, 8}, DType::kF32, -1, 1, seed);
+    EXPECT_CLOSE(f({x})[0], model({x})[0], 1e-5, 1e-5);
+  }
+  EXPECT_EQ(f.concrete({rand_tensor({2, 9, 9, 8}, DType::kF32)}).graph().count_ops("fused_conv2d"), 1);
+}
+
+TEST(KernelCacheInGraphs, FiltersThatAreInputsOrVariablesAreReadOnEveryRun) {
+  auto conv = [](const std::vector<Tensor>& a) { return std::vector<Tensor>{ops::relu(ops::conv2d(a[0], a[1], same()))}; };
+  Function by_input = function(conv);
+  const Tensor x = rand_tensor({1, 7, 7, 8}, DType::kF32, -1, 1, 3);
+  for (uint64_t seed = 20; seed < 23; ++seed) {
+    Tensor w = rand_tensor({3, 3, 8, 16}, DType::kF32, -1, 1, seed);
+    EXPECT_CLOSE(by_input({x, w})[0], conv({x, w})[0], 1e-5, 1e-5);
+  }
+  Variable v(rand_tensor({3, 3, 8, 16}, DType::kF32, -1, 1, 30), "w");
+  Function by_variable = function([&](const std::vector<Tensor>& a) { return conv({a[0], v.value()}); });
+  for (uint64_t seed = 31; seed < 34; ++seed) {
+    EXPECT_CLOSE(by_variable({x})[0], conv({x, v.peek()})[0], 1e-5, 1e-5);
+    v.assign(rand_tensor({3, 3, 8, 16}, DType::kF32, -1, 1, seed));
+  }
+}
+
+TEST(KernelCacheInGraphs, Conv2dKernelCachesTheFilterOnlyWhenItIsConstant) {
+  Tensor w = rand_tensor({3, 3, 8, 16}, DType::kF32, -1, 1, 1);
+  const Tensor w2 = rand_tensor({3, 3, 8, 16}, DType::kF32, -1, 1, 2);
+  const Tensor x = rand_tensor({1, 6, 6, 8}, DType::kF32, -1, 1, 3);
+  Function f = function([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{ops::relu(ops::conv2d(a[0], w, same()))}; });
+  const graph::Node& node = node_of(f, {x}, "fused_conv2d");
+  const Tensor with_w = ops::relu(ops::conv2d(x, w, same())), with_w2 = ops::relu(ops::conv2d(x, w2, same()));
+  for (const bool constant : {true, false}) {
+    SCOPED_TRACE(constant ? "constant filter" : "filter not constant");
+    Tensor filter = w.clone();
+    KernelCache cache(constant ? 0b10 : 0b00);
+    EXPECT_CLOSE(run_kernel(node, {x, filter}, &cache), with_w, 1e-5, 1e-5);
+    overwrite(filter, w2);
+    EXPECT_CLOSE(run_kernel(node, {x, filter}, &cache), constant ? with_w : with_w2, 1e-5, 1e-5);
+    EXPECT_CLOSE(run_kernel(node, {x, filter}, nullptr), with_w2, 1e-5, 1e-5);  // eager: no cache
+  }
+}
+
+// qlinear_conv2d: the f32 route (<= 3 input channels: the dequantised filter and its
+// oneDNN layout are kept) and the int8 route (the reordered s8 filter is kept).
+TEST(KernelCacheInGraphs, QlinearConv2dKernelCachesConstantFilters) {
+  for (const int64_t channels : {1, 8}) {
+    SCOPED_TRACE("input channels " + std::to_string(channels));
+    const Tensor x = rand_tensor({2, 8, 8, channels}, DType::kF32, 0, 1, 4);
+    const Tensor wq = ops::cast(rand_tensor({3, 3, channels, 16}, DType::kF32, -60, 60, 5), DType::kI8);
+    const Tensor wq2 = ops::cast(rand_tensor({3, 3, channels, 16}, DType::kF32, -60, 60, 6), DType::kI8);
+    const Tensor ws = rand_tensor({16}, DType::kF32, 0.001, 0.01, 7), b = rand_tensor({16}, DType::kF32, -1, 1, 8);
+    auto q = [&](const Tensor& xx, const Tensor& w) { return ops::qlinear_conv2d(xx, 1.0 / 127, 0, w, ws, same(), b, "relu"); };
+    Function f = function([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{q(a[0], wq)}; });
+    for (uint64_t seed = 40; seed < 43; ++seed) {  // the graph, run after run
+      const Tensor xs = rand_tensor({2, 8, 8, channels}, DType::kF32, 0, 1, seed);
+      EXPECT_CLOSE(f({xs})[0], q(xs, wq), 1e-5, 1e-5);
+    }
+    const graph::Node& node = node_of(f, {x}, "qlinear_conv2d");
+    for (const bool constant : {true, false}) {
+      Tensor filter = wq.clone();
+      KernelCache cache(constant ? 0b110 : 0b000);
+      std::vector<Tensor> in{x, filter, ws, b};
+      EXPECT_CLOSE(run_kernel(node, in, &cache), q(x, wq), 1e-5, 1e-5);
+      overwrite(filter, wq2);
+      EXPECT_CLOSE(run_kernel(node, in, &cache), q(x, constant ? wq : wq2), 1e-5, 1e-5);
+    }
+  }
+}
+
+TEST(KernelCacheInGraphs, FusedElementwiseProgramIsPreparedOnceAndRunsOnNewData) {
+  auto chain = [](const std::vector<Tensor>& a) {
+    return std::vector<Tensor>{ops::tanh(ops::add(ops::mul(ops::exp(a[0]), a[1]), ops::scalar(0.5f)))};
+  };
+  Function f = function(chain);
+  for (uint64_t seed = 50; seed < 54; ++seed) {
+    const Tensor a = rand_tensor({1000}, DType::kF32, -1, 1, seed), b = rand_tensor({1000}, DType::kF32, -1, 1, seed + 100);
+    EXPECT_CLOSE(f({a, b})[0], chain({a, b})[0], 1e-6, 1e-6);
+  }
+  EXPECT_EQ(f.concrete({rand_tensor({1000}, DType::kF32), rand_tensor({1000}, DType::kF32)}).graph().count_ops(
+                "fused_elementwise"),
+            1);
+}
+
+}  // namespace
+}  // namespace kiln
