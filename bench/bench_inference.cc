@@ -8,7 +8,9 @@
 // SavedModel::run("serving_default", ...); prints one JSON line per batch:
 //   {"runtime":"kiln","model":"cnn","batch":64,"runs":50,"median_us":...,"min_us":...,"p90_us":...}
 // Threads: KILN_NUM_THREADS (the comparison uses 2).
-// Usage: bench_inference DIR [--batches 1,64] [--runs N] [--signature NAME]
+// Usage: bench_inference DIR [--batches 1,64] [--runs N] [--signature NAME] [--gap_us G]
+//   --gap_us: sleep G microseconds before each timed call (a server at low load: the
+//   call may find the intra-op pool's threads asleep)
 //   (--runs default: 200 for batch 1, 50 for larger batches; DIR: a version directory
 //   or its base, the highest version is used)
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <filesystem>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kiln/kiln.h"
@@ -59,18 +62,20 @@ std::vector<int64_t> parse_list(const std::string& s) {
 
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
-    std::fprintf(stderr, "usage: %s DIR [--batches 1,64] [--runs N] [--signature NAME]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s DIR [--batches 1,64] [--runs N] [--signature NAME] [--gap_us G]\n", argv[0]);
     return 2;
   }
   const std::string dir = resolve_version(argv[1]);
   std::vector<int64_t> batches = {1, 64};
   int runs_flag = 0;
+  int64_t gap_us = 0;
   std::string sig_name = package::kDefaultSignature;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--batches" && i + 1 < argc) batches = parse_list(argv[++i]);
     else if (a == "--runs" && i + 1 < argc) runs_flag = std::stoi(argv[++i]);
     else if (a == "--signature" && i + 1 < argc) sig_name = argv[++i];
+    else if (a == "--gap_us" && i + 1 < argc) gap_us = std::stoll(argv[++i]);
     else {
       std::fprintf(stderr, "unknown argument: %s\n", a.c_str());
       return 2;
@@ -96,15 +101,16 @@ int main(int argc, char** argv) {
     std::vector<double> us;
     us.reserve(runs);
     for (int i = 0; i < runs; ++i) {
+      if (gap_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
       const auto t0 = clock_type::now();
       std::vector<Tensor> out = model->run(sig_name, inputs);
       us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
     }
     std::printf(
-        "{\"runtime\":\"kiln\",\"model\":\"%s\",\"batch\":%lld,\"runs\":%d,\"median_us\":%.1f,\"min_us\":%.1f,"
-        "\"p90_us\":%.1f}\n",
-        name.c_str(), static_cast<long long>(batch), runs, percentile(us, 0.5), percentile(us, 0.0),
-        percentile(us, 0.9));
+        "{\"runtime\":\"kiln\",\"model\":\"%s\",\"batch\":%lld,\"runs\":%d,\"gap_us\":%lld,\"median_us\":%.1f,"
+        "\"min_us\":%.1f,\"p90_us\":%.1f}\n",
+        name.c_str(), static_cast<long long>(batch), runs, static_cast<long long>(gap_us), percentile(us, 0.5),
+        percentile(us, 0.0), percentile(us, 0.9));
     std::fflush(stdout);
   }
   return 0;

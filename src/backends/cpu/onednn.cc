@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
@@ -49,6 +51,14 @@ dnnl::primitive cached(const std::string& key, const std::function<dnnl::primiti
   std::lock_guard<std::mutex> lock(mu);
   if (cache->size() > 4096) cache->clear();  // bound memory under shape churn
   return cache->emplace(key, p).first->second;
+}
+
+int64_t serial_macs() {
+  static const int64_t macs = [] {
+    const char* env = std::getenv("KILN_SERIAL_MACS");
+    return env && *env ? std::max<int64_t>(0, std::atoll(env)) : int64_t{192 * 1024};
+  }();
+  return macs;
 }
 
 SerialScope::SerialScope(bool on) {

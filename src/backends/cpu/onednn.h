@@ -20,14 +20,15 @@ dnnl::memory::data_type to_dnnl(DType t);
 // Returns the primitive cached under `key`, creating it with `make` on first use.
 // Thread-safe. oneDNN primitives may be executed concurrently.
 dnnl::primitive cached(const std::string& key, const std::function<dnnl::primitive()>& make);
-// Small primitives run on the calling thread alone. Below kSerialMacs multiply-adds,
-// waking the OpenMP pool costs more than a second core gains (measured on the 2-core
-// VM, oneDNN 2.6 matmul: 1x256x128 3.3 us on one thread vs 11 us on two, 64x128x10 7.5
-// vs 12.6, 1x512x256 9.1 vs 14.5; 1x784x256 17.6 vs 14.3, 16x256x128 17.0 vs 12.7).
-// oneDNN fixes a primitive's thread count when it is created, so a serial primitive is
-// created and executed inside a SerialScope and cached under its own key (serial_tag).
-inline constexpr int64_t kSerialMacs = 192 * 1024;
-inline bool runs_serial(int64_t macs) { return macs < kSerialMacs; }
+// Small primitives run on the calling thread alone. Below serial_macs() multiply-adds
+// (KILN_SERIAL_MACS, default 192k), waking the OpenMP pool costs more than a second
+// core gains (measured on the 2-core VM, oneDNN 2.6 matmul in a loop: 1x256x128 3.3 us
+// on one thread vs 11 us on two, 64x128x10 7.5 vs 12.6, 1x512x256 9.1 vs 14.5;
+// 1x784x256 17.6 vs 14.3, 16x256x128 17.0 vs 12.7). oneDNN fixes a primitive's thread
+// count when it is created, so a serial primitive is created and executed inside a
+// SerialScope and cached under its own key (serial_tag).
+int64_t serial_macs();
+inline bool runs_serial(int64_t macs) { return macs < serial_macs(); }
 inline const char* serial_tag(bool serial) { return serial ? "|serial" : ""; }
 // Limits the calling thread's OpenMP regions to one thread while alive (when `on`).
 class SerialScope {
