@@ -94,7 +94,11 @@ std::vector<TensorMeta> infer_pool2d(const char* op, std::span<const TensorMeta>
   detail::require_floating(op, in[0]);
   return {{pool2d_geometry(op, in[0].shape, a).output_shape(), in[0].dtype}};
 }
+// max_pool2d also takes u8 (quantised activations between int8 layers: max commutes
+// with quantisation, so pooling u8 equals quantising the f32 pool). The eager
+// ops::max_pool2d still widens integer inputs to f32.
 std::vector<TensorMeta> infer_max_pool2d(std::span<const TensorMeta> in, const Attrs& a) {
+  if (in[0].dtype == DType::kU8) return {{pool2d_geometry("max_pool2d", in[0].shape, a).output_shape(), DType::kU8}};
   return infer_pool2d("max_pool2d", in, a);
 }
 std::vector<TensorMeta> infer_avg_pool2d(std::span<const TensorMeta> in, const Attrs& a) {

@@ -82,7 +82,23 @@ const std::vector<AttrSpec> kQlinearAttrs = {
     {"x_scale", AttrType::kFloat, "activation quantisation step (> 0)"},
     {"x_zero_point", AttrType::kInt, "activation zero point in [0, 255] (default 0)"},
     {"activation", AttrType::kString, "\"none\" (or \"\") or \"relu\""},
+    {"y_scale", AttrType::kFloat, "optional: requantise the output to u8 with this step (> 0)"},
+    {"y_zero_point", AttrType::kInt, "the requantised output's zero point in [0, 255] (default 0)"},
 };
+
+// x is f32 (quantised by the op with x_scale / x_zero_point) or u8 (already quantised
+// with them: a requantised output of an earlier qlinear op, say).
+void require_activation(const char* op, const TensorMeta& x) {
+  if (x.dtype != DType::kF32 && x.dtype != DType::kU8)
+    throw InvalidArgumentError(std::string(op) + ": x must be f32 or u8 (quantised), got " + dtype_str(x.dtype));
+}
+
+// f32, or u8 when y_scale is set: y_q = clamp(round_half_even(y / y_scale) + y_zero_point, 0, 255).
+DType output_dtype(const char* op, const Attrs& a) {
+  if (!a.has("y_scale")) return DType::kF32;
+  check_qparams(op, a, "y_scale", "y_zero_point");
+  return DType::kU8;
+}
 
 // Checks w_scale [n] and the optional bias [n] (inputs 2 and 3).
 void check_channel_params(const char* op, std::span<const TensorMeta> in, int64_t n) {
@@ -100,16 +116,18 @@ void check_arity(const char* op, std::span<const TensorMeta> in) {
                                std::to_string(in.size()));
 }
 
-// qlinear_matmul(x f32 [M, K], w_q i8 [K, N], w_scale f32 [N], bias f32 [N]?) -> f32 [M, N]
+// qlinear_matmul(x f32|u8 [M, K], w_q i8 [K, N], w_scale f32 [N], bias f32 [N]?) -> f32 [M, N]
 //   attrs x_scale (> 0), x_zero_point ([0, 255], default 0), activation (none|relu).
-//   xq = clamp(round_half_even(x / x_scale) + x_zero_point, 0, 255)
+//   xq = clamp(round_half_even(x / x_scale) + x_zero_point, 0, 255)  (x f32; x u8 is xq)
 //   y[m, n] = act(x_scale * w_scale[n] * sum_k (xq[m, k] - x_zero_point) * w_q[k, n] + bias[n])
 // i.e. exactly matmul(dequantize(xq), w_q * w_scale) + bias up to f32 rounding (the sum
-// is exact in int32). No transposes: the weight is stored [K, N].
+// is exact in int32). No transposes: the weight is stored [K, N]. With y_scale (and
+// y_zero_point) the output is u8: quantize_per_tensor(y, y_scale, y_zero_point), so
+// that int8 layers pass u8 activations along (kiln convert chains them).
 std::vector<TensorMeta> infer_qlinear_matmul(std::span<const TensorMeta> in, const Attrs& a) {
   const char* op = "qlinear_matmul";
   check_arity(op, in);
-  require_dtype(op, "x", in[0], DType::kF32);
+  require_activation(op, in[0]);
   require_dtype(op, "w_q", in[1], DType::kI8);
   const Shape &x = in[0].shape, &w = in[1].shape;
   if (x.rank() != 2 || w.rank() != 2)
@@ -121,11 +139,11 @@ std::vector<TensorMeta> infer_qlinear_matmul(std::span<const TensorMeta> in, con
   check_qparams(op, a, "x_scale", "x_zero_point");
   check_activation(op, a);
   check_reduction(op, x[1]);
-  return {{Shape{x[0], w[1]}, DType::kF32}};
+  return {{Shape{x[0], w[1]}, output_dtype(op, a)}};
 }
 
-// qlinear_conv2d(x f32 NHWC, w_q i8 HWIO [KH, KW, C/groups, O], w_scale f32 [O],
-//                bias f32 [O]?) -> f32 NHWC [N, OH, OW, O]
+// qlinear_conv2d(x f32|u8 NHWC, w_q i8 HWIO [KH, KW, C/groups, O], w_scale f32 [O],
+//                bias f32 [O]?) -> f32 (u8 with y_scale, as qlinear_matmul) NHWC [N, OH, OW, O]
 //   attrs: conv2d's (strides, padding, explicit_paddings, dilations, groups;
 //   data_format NHWC only: NCHW is UnimplementedError) plus x_scale, x_zero_point and
 //   activation as qlinear_matmul. Per output channel o:
@@ -137,14 +155,14 @@ std::vector<TensorMeta> infer_qlinear_conv2d(std::span<const TensorMeta> in, con
   check_arity(op, in);
   if (parse_data_format(op, a))
     throw UnimplementedError(std::string(op) + ": data_format NCHW is not supported (NHWC only)");
-  require_dtype(op, "x", in[0], DType::kF32);
+  require_activation(op, in[0]);
   require_dtype(op, "w_q", in[1], DType::kI8);
   const Conv2dGeometry g = conv2d_geometry(op, in[0].shape, in[1].shape, a);
   check_channel_params(op, in, g.o);
   check_qparams(op, a, "x_scale", "x_zero_point");
   check_activation(op, a);
   check_reduction(op, g.win.kh * g.win.kw * g.cin_per_group());
-  return {{g.output_shape(), DType::kF32}};
+  return {{g.output_shape(), output_dtype(op, a)}};
 }
 
 KILN_REGISTER_OP(detail::make_def("quantize_per_tensor",

@@ -54,6 +54,8 @@ const std::set<std::string> kCpuOnly = {
     // kernels, not written yet.
     "quantize_per_tensor", "dequantize_per_tensor", "qlinear_matmul", "qlinear_conv2d",
 };
+// (op, dtype) pairs likewise: u8 max pooling carries the int8 layers' activations.
+const std::set<std::string> kCpuOnlyDtypes = {"max_pool2d:u8"};
 
 TEST(CudaPlugin, RegistersAKernelForEveryCpuOpAndDtype) {
   ASSERT_NE(find_backend(DeviceType::kCUDA), nullptr) << backend_unavailable_reason(DeviceType::kCUDA);
@@ -64,8 +66,9 @@ TEST(CudaPlugin, RegistersAKernelForEveryCpuOpAndDtype) {
     for (int d = 0; d < kNumDTypes; ++d) {
       const auto dt = static_cast<DType>(d);
       if (!op->kernel(DeviceType::kCPU, dt)) continue;
+      const std::string pair = op->name + ":" + std::string(dtype_name(dt));
       if (op->kernel(DeviceType::kCUDA, dt)) ++covered;
-      else missing.push_back(op->name + ":" + std::string(dtype_name(dt)));
+      else if (!kCpuOnlyDtypes.count(pair)) missing.push_back(pair);
     }
   }
   std::string list;

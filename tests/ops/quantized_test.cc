@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 
+#include "kiln/core/op_registry.h"
 #include "kiln/ops/nn.h"
 #include "test_util.h"
 
@@ -186,7 +187,8 @@ TEST(QlinearMatmul, EmptyAndZeroK) {
 TEST(QlinearMatmul, Errors) {
   Tensor x = rand_f32({2, 3}, -1, 1, 1), w = rand_i8({3, 4}, 100, 2), ws = rand_f32({4}, 0.1, 1, 3),
          b = rand_f32({4}, -1, 1, 4);
-  EXPECT_KILN_ERROR(qlinear_matmul(x.to(DType::kF64), 0.1, 0, w, ws, b), kInvalidArgument, "x must be f32, got f64");
+  EXPECT_KILN_ERROR(qlinear_matmul(x.to(DType::kF64), 0.1, 0, w, ws, b), kInvalidArgument,
+                    "x must be f32 or u8 (quantised), got f64");
   EXPECT_KILN_ERROR(qlinear_matmul(x, 0.1, 0, w.to(DType::kF32), ws, b), kInvalidArgument, "w_q must be i8, got f32");
   EXPECT_KILN_ERROR(qlinear_matmul(x, 0.1, 0, w, ws.to(DType::kF64), b), kInvalidArgument, "w_scale must be f32");
   EXPECT_KILN_ERROR(qlinear_matmul(x, 0.1, 0, w, ws, b.to(DType::kF16)), kInvalidArgument, "bias must be f32");
@@ -341,6 +343,162 @@ TEST(Quantized, OpsAreNotDifferentiable) {
     const OpDef& d = OpRegistry::global().get(name);
     EXPECT_EQ(d.differentiable, Differentiable::kNo) << name;
     EXPECT_EQ(d.vjp, nullptr) << name;
+  }
+}
+
+
+// ---- u8 activations between int8 layers (what kiln convert chains) ---------------------------
+// x may come already quantised (u8, with the op's x_scale / x_zero_point) and, with
+// y_scale / y_zero_point, the output is requantised to u8. The eager functions have no
+// parameter for the latter (graphs carry it), so these tests call the ops by name.
+
+Tensor rand_u8(const Shape& s, int lo, int hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<uint8_t> v(static_cast<size_t>(s.numel()));
+  for (auto& e : v) e = static_cast<uint8_t>(d(rng));
+  return Tensor::from_vector<uint8_t>(v, s);
+}
+
+Attrs conv_qattrs(double x_scale, int64_t zp, const std::string& activation, const Conv2dOptions& o) {
+  Attrs a{{"x_scale", x_scale}, {"x_zero_point", zp}, {"activation", activation}, {"strides", o.strides},
+          {"dilations", o.dilations}, {"groups", o.groups}, {"data_format", o.data_format},
+          {"padding", o.padding.mode}};
+  if (!o.padding.pads.empty()) a.set("explicit_paddings", o.padding.pads);
+  return a;
+}
+
+Tensor run_op(const char* name, const std::vector<Tensor>& in, const Attrs& a) {
+  return call_op(OpRegistry::global().get(name), in, a).at(0);
+}
+
+// |got - want| <= 1 everywhere (a requantised value may round the other way at a tie:
+// oneDNN multiplies by 1 / y_scale where quantize_per_tensor divides) and equal almost
+// everywhere.
+void expect_requantised(const Tensor& got, const Tensor& want) {
+  ASSERT_EQ(got.dtype(), DType::kU8);
+  ASSERT_EQ(got.shape(), want.shape());
+  const uint8_t *g = got.data<uint8_t>(), *w = want.data<uint8_t>();
+  int64_t off = 0, far = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    off += g[i] != w[i];
+    far += std::abs(static_cast<int>(g[i]) - static_cast<int>(w[i])) > 1;
+  }
+  EXPECT_EQ(far, 0);
+  EXPECT_LE(off, std::max<int64_t>(1, got.numel() / 100)) << off << " of " << got.numel() << " differ by one";
+}
+
+// Conv cases through every route: the f32 route (2 input channels), oneDNN int8 (16
+// channels; 8-bit weights with u8 inputs above 129 take the split path), the direct loop.
+struct U8ConvCase {
+  const char* name;
+  Shape x;
+  int64_t out;
+  int w_max, x_hi;
+};
+const std::vector<U8ConvCase> kU8ConvCases = {
+    {"f32 route", {2, 9, 9, 2}, 8, 127, 255},
+    {"int8 fast", {2, 8, 8, 16}, 16, 64, 127},
+    {"int8 split", {2, 8, 8, 16}, 16, 127, 255},
+    {"tiny", {1, 2, 2, 3}, 2, 127, 255},
+};
+
+TEST(QlinearU8, QuantisedInputsGiveTheF32InputsAnswers) {
+  uint32_t seed = 700;
+  const Conv2dOptions o = copt({1, 1}, "same");
+  for (const U8ConvCase& c : kU8ConvCases)
+    for (int zp : {0, 3}) {
+      SCOPED_TRACE(std::string(c.name) + " zp " + std::to_string(zp));
+      const double s = 0.02;
+      const Tensor xq = rand_u8(c.x, 0, c.x_hi, seed++);
+      const Tensor xf = dequantize_per_tensor(xq, s, zp);  // quantises back to xq exactly
+      const Tensor w = rand_i8({3, 3, c.x[3], c.out}, c.w_max, seed++);
+      const Tensor ws = rand_f32({c.out}, 0.001, 0.01, seed++), b = rand_f32({c.out}, -1, 1, seed++);
+      EXPECT_CLOSE(qlinear_conv2d(xq, s, zp, w, ws, o, b, "relu"), qlinear_conv2d(xf, s, zp, w, ws, o, b, "relu"), 1e-6,
+                   1e-6);
+      const Tensor mq = xq.reshape({xq.numel() / c.x[3], c.x[3]}), mf = xf.reshape({xf.numel() / c.x[3], c.x[3]});
+      const Tensor mw = rand_i8({c.x[3], c.out}, c.w_max, seed++);
+      EXPECT_CLOSE(qlinear_matmul(mq, s, zp, mw, ws, b, "none"), qlinear_matmul(mf, s, zp, mw, ws, b, "none"), 1e-6,
+                   1e-6);
+    }
+}
+
+TEST(QlinearU8, RequantisedOutputsEqualQuantisingTheF32Outputs) {
+  uint32_t seed = 800;
+  const Conv2dOptions o = copt({1, 1}, "same");
+  for (const U8ConvCase& c : kU8ConvCases)
+    for (const char* activation : {"none", "relu"})
+      for (const bool u8_input : {false, true}) {
+        SCOPED_TRACE(std::string(c.name) + " " + activation + (u8_input ? " u8 x" : " f32 x"));
+        const double s = 0.02;
+        const Tensor xq = rand_u8(c.x, 0, c.x_hi, seed++);
+        const Tensor x = u8_input ? xq : dequantize_per_tensor(xq, s, 0);
+        const Tensor w = rand_i8({3, 3, c.x[3], c.out}, c.w_max, seed++);
+        const Tensor ws = rand_f32({c.out}, 0.001, 0.01, seed++), b = rand_f32({c.out}, -1, 1, seed++);
+        Attrs a = conv_qattrs(s, 0, activation, o);
+        const Tensor yf = run_op("qlinear_conv2d", {x, w, ws, b}, a);
+        const double ys = std::max(max_abs(yf), 1e-3) / 120;
+        const int64_t yzp = std::string(activation) == "relu" ? 0 : 128;
+        a.set("y_scale", ys);
+        a.set("y_zero_point", yzp);
+        expect_requantised(run_op("qlinear_conv2d", {x, w, ws, b}, a), quantize_per_tensor(yf, ys, yzp));
+
+        const Tensor mx = x.reshape({x.numel() / c.x[3], c.x[3]}), mw = rand_i8({c.x[3], c.out}, c.w_max, seed++);
+        Attrs ma{{"x_scale", s}, {"x_zero_point", int64_t{0}}, {"activation", std::string(activation)}};
+        const Tensor mf = run_op("qlinear_matmul", {mx, mw, ws, b}, ma);
+        ma.set("y_scale", ys);
+        ma.set("y_zero_point", yzp);
+        expect_requantised(run_op("qlinear_matmul", {mx, mw, ws, b}, ma), quantize_per_tensor(mf, ys, yzp));
+      }
+}
+
+TEST(QlinearU8, Errors) {
+  const Tensor x = rand_f32({2, 4}, 0, 1, 1), w = rand_i8({4, 3}, 100, 2), ws = rand_f32({3}, 0.1, 1, 3);
+  Attrs a{{"x_scale", 0.1}, {"x_zero_point", int64_t{0}}};
+  EXPECT_KILN_ERROR(run_op("qlinear_matmul", {x.to(DType::kI32), w, ws}, a), kInvalidArgument,
+                    "x must be f32 or u8 (quantised), got i32");
+  Attrs bad = a;
+  bad.set("y_scale", -1.0);
+  EXPECT_KILN_ERROR(run_op("qlinear_matmul", {x, w, ws}, bad), kInvalidArgument, "y_scale must be a finite number > 0");
+  bad = a;
+  bad.set("y_scale", 0.5);
+  bad.set("y_zero_point", int64_t{256});
+  EXPECT_KILN_ERROR(run_op("qlinear_matmul", {x, w, ws}, bad), kInvalidArgument, "y_zero_point must be in [0, 255]");
+  const Conv2dOptions o = copt({1, 1}, "same");
+  Attrs ca = conv_qattrs(0.1, 0, "none", o);
+  ca.set("y_scale", 0.0);
+  EXPECT_KILN_ERROR(run_op("qlinear_conv2d", {rand_f32({1, 3, 3, 4}, 0, 1, 1), rand_i8({3, 3, 4, 3}, 9, 1), ws}, ca),
+                    kInvalidArgument, "y_scale must be a finite number > 0");
+}
+
+// max_pool2d on u8 (between int8 layers) equals pooling the values in f32: the 2x2 /
+// stride 2 fast path (even and odd sizes), the generic NHWC loop, NCHW.
+TEST(MaxPool2dU8, EqualsPoolingInF32) {
+  struct Case {
+    const char* name;
+    Shape x;
+    std::vector<int64_t> k, s;
+    const char* padding;
+    const char* format;
+  };
+  const std::vector<Case> cases = {
+      {"2x2 s2", {3, 8, 10, 32}, {2, 2}, {2, 2}, "valid", "NHWC"},
+      {"2x2 s2 odd, 5 channels", {2, 7, 9, 5}, {2, 2}, {2, 2}, "valid", "NHWC"},
+      {"3x3 s2 same", {2, 9, 9, 7}, {3, 3}, {2, 2}, "same", "NHWC"},
+      {"2x2 s1", {1, 5, 6, 3}, {2, 2}, {1, 1}, "valid", "NHWC"},
+      {"2x2 s2 NCHW", {2, 3, 8, 8}, {2, 2}, {2, 2}, "valid", "NCHW"},
+  };
+  uint32_t seed = 900;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Tensor xq = rand_u8(c.x, 0, 255, seed++);
+    const Attrs a{{"ksize", c.k}, {"strides", c.s}, {"padding", std::string(c.padding)},
+                  {"data_format", std::string(c.format)}};
+    const Tensor got = run_op("max_pool2d", {xq}, a);
+    ASSERT_EQ(got.dtype(), DType::kU8);
+    const Tensor want = cast(run_op("max_pool2d", {cast(xq, DType::kF32)}, a), DType::kU8);
+    ASSERT_EQ(got.shape(), want.shape());
+    EXPECT_EQ(got.to_vector<uint8_t>(), want.to_vector<uint8_t>());
   }
 }
 

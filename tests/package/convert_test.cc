@@ -116,6 +116,49 @@ TEST(ConvertTest, Int8QuantizesMatmulsAndConvsWithinQuantizationError) {
   EXPECT_GE(agree, 0.9);
 }
 
+// conv -> pool -> conv -> pool -> dense: kiln convert chains the int8 layers, so u8
+// activations flow from each quantised layer through the pooling into the next.
+struct PoolNet {
+  Variable k1{rand_tensor({3, 3, 1, 8}, DType::kF32, -0.5, 0.5, 11), "conv/kernel"};
+  Variable k2{rand_tensor({3, 3, 8, 16}, DType::kF32, -0.3, 0.3, 12), "conv_1/kernel"};
+  Variable c2{rand_tensor({16}, DType::kF32, -0.1, 0.1, 13), "conv_1/bias"};
+  Variable w{rand_tensor({2 * 2 * 16, 5}, DType::kF32, -0.3, 0.3, 14), "dense/kernel"};
+  std::vector<Tensor> operator()(const std::vector<Tensor>& x) const {
+    Tensor h = ops::max_pool2d(ops::relu(ops::conv2d(x[0], k1.value(), {.padding = "same"})), {2, 2}, {2, 2});
+    h = ops::max_pool2d(ops::relu(ops::conv2d(h, k2.value(), {.padding = "same"}, c2.value())), {2, 2}, {2, 2});
+    return {ops::softmax(ops::matmul(ops::reshape(h, {-1, 2 * 2 * 16}), w.value()), -1)};
+  }
+};
+
+TEST(ConvertTest, Int8LayersPassU8ActivationsThroughPooling) {
+  if (!OpRegistry::global().find("qlinear_matmul")) GTEST_FAIL() << "no int8 kernels in this build";
+  TempDir tmp("convert");
+  PoolNet n;
+  ExportSignature sig;
+  sig.fn = [&n](const std::vector<Tensor>& x) { return n(x); };
+  sig.inputs = {{"image", {{-1, 8, 8, 1}, DType::kF32}}};
+  sig.output_names = {"probs"};
+  const std::string src = export_package(tmp.path() + "/m", {sig}, ExportOptions{});
+  ConvertOptions o = with_precision("int8");
+  for (uint64_t b = 0; b < 4; ++b) o.calibration.push_back({{"image", rand_tensor({16, 8, 8, 1}, DType::kF32, 0, 1, 40 + b)}});
+  EXPECT_EQ(convert_package(src, tmp.path() + "/q", o).nodes_quantized, 3);
+  auto m = SavedModel::load(tmp.path() + "/q");
+  const graph::Graph& g = m->graph("serving_default");
+  int u8_quantised = 0, u8_pools = 0;
+  for (const graph::Node& node : g.nodes) {
+    if (node.kind != graph::NodeKind::kOp || node.outputs[0].dtype != DType::kU8) continue;
+    u8_quantised += node.op->name == "qlinear_conv2d" || node.op->name == "qlinear_matmul";
+    u8_pools += node.op->name == "max_pool2d";
+  }
+  EXPECT_EQ(u8_quantised, 2);  // both convolutions; the dense layer feeds the f32 softmax
+  EXPECT_EQ(u8_pools, 2);
+  Tensor x = rand_tensor({32, 8, 8, 1}, DType::kF32, 0, 1, 98);
+  Tensor want = n({x})[0], got = m->run("serving_default", std::vector<Tensor>{x})[0];
+  EXPECT_LT(ops::max(ops::abs(ops::sub(got, want))).item<double>(), 0.03);
+  const double agree = ops::mean(ops::cast(ops::equal(ops::argmax(got, -1), ops::argmax(want, -1)), DType::kF32)).item<double>();
+  EXPECT_GE(agree, 0.9);
+}
+
 TEST(ConvertTest, BadRequests) {
   TempDir tmp("convert");
   Net n;

@@ -31,6 +31,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -190,32 +191,43 @@ void duplicate_blocks(const uint8_t* src, int64_t rows, int64_t groups, int64_t 
 
 memory::desc runtime_zp_md() { return memory::desc({1}, memory::data_type::s32, memory::format_tag::x); }
 
-// The post-ops: bias (binary add of a per-channel f32 tensor `bias_md`), then ReLU.
-dnnl::primitive_attr int8_attr(bool zp, bool bias, const memory::desc& bias_md, bool relu) {
+// The post-ops: bias (binary add of a per-channel f32 tensor `bias_md`), then ReLU,
+// then with `yq` the requantisation y / y_scale + y_zero_point (the u8 destination
+// rounds half to even and saturates to [0, 255], as quantize_per_tensor).
+dnnl::primitive_attr int8_attr(bool zp, bool bias, const memory::desc& bias_md, bool relu, const QParams* yq) {
   dnnl::primitive_attr attr;
   if (zp) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
   dnnl::post_ops po;
   if (bias) po.append_binary(dnnl::algorithm::binary_add, bias_md);
   if (relu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  if (yq)
+    po.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, 1.0f / yq->scale, static_cast<float>(yq->zero_point));
   attr.set_post_ops(po);
   return attr;
 }
 
-// c [M, N] = act(scales[n] * ((a - zp) @ b) + bias[n]), a u8 [M, K], b s8 [K, N].
+// The requantisation in a primitive's cache key (its post-op constants are baked in).
+std::string requant_key(const QParams* yq) {
+  if (!yq) return "|f32";
+  return "|u8:" + std::string(reinterpret_cast<const char*>(&yq->scale), sizeof(float)) + std::to_string(yq->zero_point);
+}
+
+// c [M, N] = act(scales[n] * ((a - zp) @ b) + bias[n]), a u8 [M, K], b s8 [K, N]; c is
+// f32, or u8 requantised with `yq`.
 void onednn_qmatmul(int64_t M, int64_t K, int64_t N, const uint8_t* a, const int8_t* b, const float* scales, int32_t zp,
-                    const float* bias, bool relu, float* c) {
+                    const float* bias, bool relu, const QParams* yq, void* c) {
   auto& eng = onednn::engine();
   memory::desc a_md({M, K}, memory::data_type::u8, memory::format_tag::ab);
   memory::desc b_md({K, N}, memory::data_type::s8, memory::format_tag::ab);
-  memory::desc c_md({M, N}, memory::data_type::f32, memory::format_tag::ab);
+  memory::desc c_md({M, N}, yq ? memory::data_type::u8 : memory::data_type::f32, memory::format_tag::ab);
   memory::desc bias_md({1, N}, memory::data_type::f32, memory::format_tag::ab);
   const bool serial = onednn::runs_serial(M * K * N);
   onednn::SerialScope one_thread(serial);
   const std::string key = "qmm|" + std::to_string(M) + "," + std::to_string(K) + "," + std::to_string(N) + "|" +
                           std::to_string(zp != 0) + std::to_string(bias != nullptr) + std::to_string(relu) +
-                          onednn::serial_tag(serial);
+                          onednn::serial_tag(serial) + requant_key(yq);
   dnnl::primitive p = onednn::cached(key, [&]() -> dnnl::primitive {
-    dnnl::primitive_attr attr = int8_attr(zp != 0, bias != nullptr, bias_md, relu);
+    dnnl::primitive_attr attr = int8_attr(zp != 0, bias != nullptr, bias_md, relu, yq);
     attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});
     return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, eng));
   });
@@ -232,16 +244,17 @@ void onednn_qmatmul(int64_t M, int64_t K, int64_t N, const uint8_t* a, const int
   onednn::stream().wait();
 }
 
-// y NHWC = act(scales[o] * conv(xq - zp, w) + bias[o]); xq u8 NHWC, w s8 HWIO. With a
-// `cache`, w is the same on every call of this graph node: its reorder is kept in `slot`.
+// y NHWC = act(scales[o] * conv(xq - zp, w) + bias[o]); xq u8 NHWC, w s8 HWIO; y f32, or
+// u8 requantised with `yq`. With a `cache`, w is the same on every call of this graph
+// node: its reorder is kept in `slot`.
 void onednn_qconv(const Conv2dGeometry& g, const uint8_t* xq, const int8_t* w, const float* scales, int32_t zp,
-                  const float* bias, bool relu, float* y, KernelCache* cache, int slot) {
+                  const float* bias, bool relu, const QParams* yq, void* y, KernelCache* cache, int slot) {
   auto& eng = onednn::engine();
   const auto& v = g.win;
   const int64_t G = g.groups, O = g.o, OG = g.cout_per_group(), I = g.cin_per_group(), KH = v.kh, KW = v.kw;
   const auto s8 = memory::data_type::s8;
   memory::desc src({g.n, g.c, g.h, g.w}, memory::data_type::u8, memory::format_tag::nhwc);
-  memory::desc dst({g.n, O, v.oh, v.ow}, memory::data_type::f32, memory::format_tag::nhwc);
+  memory::desc dst({g.n, O, v.oh, v.ow}, yq ? memory::data_type::u8 : memory::data_type::f32, memory::format_tag::nhwc);
   // The user's HWIO filter as oneDNN's logical {[G,] O/G, I, KH, KW}.
   memory::desc user_w = G == 1 ? memory::desc({O, I, KH, KW}, s8, memory::dims{1, O, KW * I * O, I * O})
                                : memory::desc({G, OG, I, KH, KW}, s8, memory::dims{OG, 1, O, KW * I * O, I * O});
@@ -253,10 +266,10 @@ void onednn_qconv(const Conv2dGeometry& g, const uint8_t* xq, const int8_t* w, c
   const std::string key = std::string("qconv") + onednn::serial_tag(serial) + "|" + std::to_string(g.n) + "," + std::to_string(g.c) + "," + std::to_string(g.h) +
                           "," + std::to_string(g.w) + "," + std::to_string(O) + "," + std::to_string(G) + "|" +
                           nn::window_key(v) + "|" + std::to_string(zp != 0) + std::to_string(bias != nullptr) +
-                          std::to_string(relu) + "|" +
+                          std::to_string(relu) + requant_key(yq) + "|" +
                           std::string(reinterpret_cast<const char*>(scales), sizeof(float) * O);
   dnnl::primitive p = onednn::cached(key, [&]() -> dnnl::primitive {
-    dnnl::primitive_attr attr = int8_attr(zp != 0, bias != nullptr, bias_md, relu);
+    dnnl::primitive_attr attr = int8_attr(zp != 0, bias != nullptr, bias_md, relu, yq);
     attr.set_output_scales(1 << 1, std::vector<float>(scales, scales + O));
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
                                       any_w, dst, {v.sh, v.sw}, {v.dh - 1, v.dw - 1}, {v.pt, v.pl}, {v.pb, v.pr});
@@ -354,27 +367,88 @@ std::vector<float> output_scales(float x_scale, const Tensor& w_scale) {
   return s;
 }
 
-void qlinear_matmul_f32(OpContext& ctx) {
+int max_u8(const uint8_t* q, int64_t n) {
+  int m = 0;
+  int64_t i = 0;
+#ifdef __AVX2__
+  __m256i v = _mm256_setzero_si256();
+  for (; i + 32 <= n; i += 32) v = _mm256_max_epu8(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + i)));
+  alignas(32) uint8_t b[32];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(b), v);
+  m = *std::max_element(b, b + 32);
+#endif
+  for (; i < n; ++i) m = std::max<int>(m, q[i]);
+  return m;
+}
+
+// The op's x as u8 quantised with (x_scale, x_zero_point): x itself when it is u8
+// (already quantised: an earlier int8 layer's requantised output), else quantised here.
+struct QuantizedInput {
+  Tensor storage;
+  const uint8_t* q = nullptr;
+  int max_q = 0;  // for the saturation check
+};
+
+QuantizedInput quantized_input(const Tensor& x, QParams p) {
+  QuantizedInput r;
+  if (x.dtype() == DType::kU8) {
+    r.q = x.data<uint8_t>();
+    r.max_q = max_u8(r.q, x.numel());
+    return r;
+  }
+  r.storage = Tensor::empty(Shape{x.numel()}, DType::kU8);
+  r.max_q = quantize_buffer(x.data<float>(), x.numel(), p, r.storage.data<uint8_t>());
+  r.q = r.storage.data<uint8_t>();
+  return r;
+}
+
+// Where a route writes an f32 result: the output itself, or for a u8 output (y_scale
+// set) a scratch tensor that store() requantises into it. Routes that requantise inside
+// oneDNN write the u8 output directly (requant()).
+class Output {
+ public:
+  explicit Output(OpContext& ctx) : out_(ctx.out[0]) {
+    if (out_.dtype() == DType::kU8) {
+      requant_ = qparams(ctx.attrs, "y_scale", "y_zero_point");
+      scratch_ = Tensor::empty(out_.shape(), DType::kF32);
+    }
+  }
+  float* f32() { return requant_ ? scratch_.data<float>() : out_.data<float>(); }
+  const Tensor& f32_tensor() const { return requant_ ? scratch_ : out_; }
+  const QParams* requant() const { return requant_ ? &*requant_ : nullptr; }
+  void* raw() { return out_.raw_data(); }
+  // After an f32 route: requantise the scratch into the u8 output.
+  void store() {
+    if (requant_) quantize_buffer(scratch_.data<float>(), out_.numel(), *requant_, out_.data<uint8_t>());
+  }
+
+ private:
+  Tensor& out_;
+  std::optional<QParams> requant_;
+  Tensor scratch_;
+};
+
+void qlinear_matmul_kernel(OpContext& ctx) {
   const Tensor &x = ctx.in[0], &w = ctx.in[1];
   const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(1);
-  float* y = ctx.out[0].data<float>();
   if (M * N == 0) return;
   const QParams p = qparams(ctx.attrs, "x_scale", "x_zero_point");
   const bool relu = relu_of(ctx.attrs);
   const float* bias = ctx.in.size() == 4 ? ctx.in[3].data<float>() : nullptr;
   const std::vector<float> scales = output_scales(p.scale, ctx.in[2]);
-  Tensor xq = Tensor::empty(Shape{M * K}, DType::kU8);
-  const int max_xq = quantize_buffer(x.data<float>(), M * K, p, xq.data<uint8_t>());
+  Output out(ctx);
+  const QuantizedInput xq = quantized_input(x, p);
   const int8_t* wq = w.data<int8_t>();
   if (K == 0 || M * N * K <= kTinyMacs) {
-    qmatmul_loop(M, K, N, xq.data<uint8_t>(), wq, scales.data(), p.zero_point, bias, relu, y);
+    qmatmul_loop(M, K, N, xq.q, wq, scales.data(), p.zero_point, bias, relu, out.f32());
+    out.store();
     return;
   }
   Tensor xw, ww;  // the split operands: [M, 2K] and [2K, N]
-  const uint8_t* a = xq.data<uint8_t>();
+  const uint8_t* a = xq.q;
   const int8_t* b = wq;
   int64_t k = K;
-  if (!saturation_free(max_xq, wq, K * N)) {
+  if (!saturation_free(xq.max_q, wq, K * N)) {
     xw = Tensor::empty(Shape{M * 2 * K}, DType::kU8);
     duplicate_blocks(a, M, 1, K, xw.data<uint8_t>());
     ww = Tensor::empty(Shape{2 * K * N}, DType::kI8);
@@ -387,9 +461,10 @@ void qlinear_matmul_f32(OpContext& ctx) {
     k = 2 * K;
   }
   try {
-    onednn_qmatmul(M, k, N, a, b, scales.data(), p.zero_point, bias, relu, y);
+    onednn_qmatmul(M, k, N, a, b, scales.data(), p.zero_point, bias, relu, out.requant(), out.raw());
   } catch (const dnnl::error&) {
-    qmatmul_loop(M, K, N, xq.data<uint8_t>(), wq, scales.data(), p.zero_point, bias, relu, y);
+    qmatmul_loop(M, K, N, xq.q, wq, scales.data(), p.zero_point, bias, relu, out.f32());
+    out.store();
   }
 }
 
@@ -398,9 +473,6 @@ void qlinear_matmul_f32(OpContext& ctx) {
 // f32, 3 channels 600 vs 525, 4 channels 350 vs 670): compute in f32 instead.
 constexpr int64_t kMaxF32Channels = 3;
 
-// The f32 route: fused_conv2d's f32 kernel (oneDNN, bias and ReLU fused) on the
-// dequantised operands (xq - zp) * x_scale and w_q * w_scale[o]: the same products,
-// rounded to f32 (relative error ~1e-7 against the exact int32 sum).
 // qlinear_conv2d's per-node cache slots (kiln/core/kernel_cache.h); slot 0 belongs to
 // fused_conv2d's kernel, which conv_dequantised runs in the same node.
 constexpr int kDequantisedFilterSlot = 1, kFilterSlot = 2, kSplitFilterSlot = 3;
@@ -411,21 +483,32 @@ bool constant_filter(const OpContext& ctx) {
   return cache && cache->constant_input(1) && cache->constant_input(2);
 }
 
-void conv_dequantised(OpContext& ctx, QParams p) {
+// The f32 route: fused_conv2d's f32 kernel (oneDNN, bias and ReLU fused) on the
+// dequantised operands (xq - zp) * x_scale and w_q * w_scale[o]: the same products,
+// rounded to f32 (relative error ~1e-7 against the exact int32 sum). Writes `y` (f32).
+void conv_dequantised(OpContext& ctx, QParams p, const Tensor& y) {
   const Tensor& x = ctx.in[0];
   Tensor xd = Tensor::empty(x.shape(), DType::kF32);
-  const float* xp = x.data<float>();
   float* d = xd.data<float>();
   const float zp = static_cast<float>(p.zero_point);
-  parallel_for(x.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {  // quantise and dequantise in one pass
+  if (x.dtype() == DType::kU8) {  // already quantised
+    const uint8_t* q = x.data<uint8_t>();
+    parallel_for(x.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) {
-      float v = std::nearbyint(xp[i] / p.scale) + zp;
-      v = v > 0.0f ? v : 0.0f;  // also NaN -> 0
-      v = v < 255.0f ? v : 255.0f;
-      d[i] = (v - zp) * p.scale;
-    }
-  });
+      for (int64_t i = lo; i < hi; ++i) d[i] = (static_cast<float>(q[i]) - zp) * p.scale;
+    });
+  } else {
+    const float* xp = x.data<float>();
+    parallel_for(x.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {  // quantise and dequantise in one pass
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) {
+        float v = std::nearbyint(xp[i] / p.scale) + zp;
+        v = v > 0.0f ? v : 0.0f;  // also NaN -> 0
+        v = v < 255.0f ? v : 255.0f;
+        d[i] = (v - zp) * p.scale;
+      }
+    });
+  }
   auto dequantised_filter = [&] {
     const Tensor& w = ctx.in[1];
     Tensor wd = Tensor::empty(w.shape(), DType::kF32);
@@ -446,43 +529,44 @@ void conv_dequantised(OpContext& ctx, QParams p) {
   KILN_CHECK_INTERNAL(k != nullptr, "fused_conv2d has no f32 CPU kernel");
   std::vector<Tensor> in{xd, wd};
   if (ctx.in.size() == 4) in.push_back(ctx.in[3]);
-  OpContext c{fused, in, ctx.out, ctx.attrs};  // reads conv2d's attrs and "activation"
+  std::vector<Tensor> out{y};
+  OpContext c{fused, in, out, ctx.attrs};  // reads conv2d's attrs and "activation"
   KernelCacheScope scope(cache);
   k(c);
 }
 
-void qlinear_conv2d_f32(OpContext& ctx) {
+void qlinear_conv2d_kernel(OpContext& ctx) {
   const Conv2dGeometry g = conv2d_geometry("qlinear_conv2d", ctx.in[0].shape(), ctx.in[1].shape(), ctx.attrs);
-  float* y = ctx.out[0].data<float>();
   if (ctx.out[0].numel() == 0) return;
   const QParams p = qparams(ctx.attrs, "x_scale", "x_zero_point");
   const bool relu = relu_of(ctx.attrs);
   const float* bias = ctx.in.size() == 4 ? ctx.in[3].data<float>() : nullptr;
   const std::vector<float> scales = output_scales(p.scale, ctx.in[2]);
+  Output out(ctx);
   const bool tiny = ctx.out[0].numel() * g.win.kh * g.win.kw * g.cin_per_group() <= kTinyMacs;
   if (!tiny && g.groups == 1 && g.c <= kMaxF32Channels) {
-    conv_dequantised(ctx, p);
+    conv_dequantised(ctx, p, out.f32_tensor());
+    out.store();
     return;
   }
-  const Tensor& x = ctx.in[0];
-  Tensor xq = Tensor::empty(Shape{x.numel()}, DType::kU8);
-  const int max_xq = quantize_buffer(x.data<float>(), x.numel(), p, xq.data<uint8_t>());
+  const QuantizedInput xq = quantized_input(ctx.in[0], p);
   const int8_t* wq = ctx.in[1].data<int8_t>();
   const int64_t wn = ctx.in[1].numel();
   if (tiny) {
-    qconv_loop(g, xq.data<uint8_t>(), wq, scales.data(), p.zero_point, bias, relu, y);
+    qconv_loop(g, xq.q, wq, scales.data(), p.zero_point, bias, relu, out.f32());
+    out.store();
     return;
   }
   Conv2dGeometry gd = g;  // the geometry oneDNN runs: twice the input channels when split
   Tensor xw, ww;
-  const uint8_t* a = xq.data<uint8_t>();
+  const uint8_t* a = xq.q;
   const int8_t* b = wq;
-  const bool split = !saturation_free(max_xq, wq, wn);
+  const bool split = !saturation_free(xq.max_q, wq, wn);
   if (split) {
     // x [N*H*W, G, I] -> [N*H*W, G, 2, I]; filter HWIO [KH*KW, I, O] -> [KH*KW, 2I, O]
     // (rows i < I hold the high halves, rows I + i the low halves).
     const int64_t I = g.cin_per_group(), O = g.o, taps = g.win.kh * g.win.kw;
-    xw = Tensor::empty(Shape{2 * x.numel()}, DType::kU8);
+    xw = Tensor::empty(Shape{2 * ctx.in[0].numel()}, DType::kU8);
     duplicate_blocks(a, g.n * g.h * g.w, g.groups, I, xw.data<uint8_t>());
     ww = Tensor::empty(Shape{2 * wn}, DType::kI8);
     int8_t* s = ww.data<int8_t>();
@@ -493,16 +577,20 @@ void qlinear_conv2d_f32(OpContext& ctx) {
   }
   try {
     KernelCache* cache = constant_filter(ctx) ? current_kernel_cache() : nullptr;
-    onednn_qconv(gd, a, b, scales.data(), p.zero_point, bias, relu, y, cache, split ? kSplitFilterSlot : kFilterSlot);
+    onednn_qconv(gd, a, b, scales.data(), p.zero_point, bias, relu, out.requant(), out.raw(), cache,
+                 split ? kSplitFilterSlot : kFilterSlot);
   } catch (const dnnl::error&) {
-    qconv_loop(g, xq.data<uint8_t>(), wq, scales.data(), p.zero_point, bias, relu, y);
+    qconv_loop(g, xq.q, wq, scales.data(), p.zero_point, bias, relu, out.f32());
+    out.store();
   }
 }
 
 KILN_REGISTER_KERNEL("quantize_per_tensor", kCPU, DType::kF32, quantize_f32);
 KILN_REGISTER_KERNEL("dequantize_per_tensor", kCPU, DType::kU8, dequantize_u8);
-KILN_REGISTER_KERNEL("qlinear_matmul", kCPU, DType::kF32, qlinear_matmul_f32);
-KILN_REGISTER_KERNEL("qlinear_conv2d", kCPU, DType::kF32, qlinear_conv2d_f32);
+// Dispatched on the output dtype: f32, or u8 when requantised (y_scale).
+KILN_REGISTER_KERNEL("qlinear_matmul", kCPU, (std::initializer_list<DType>{DType::kF32, DType::kU8}), qlinear_matmul_kernel);
+KILN_REGISTER_KERNEL("qlinear_conv2d", kCPU, (std::initializer_list<DType>{DType::kF32, DType::kU8}),
+                     qlinear_conv2d_kernel);
 
 }  // namespace
 }  // namespace kiln::cpu
