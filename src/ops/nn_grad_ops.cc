@@ -44,9 +44,18 @@ std::vector<AttrSpec> with_input_shape() {
   return r;
 }
 
+// Attr relu (graphs only, set by the pool_backward_relu_fusion pass): dx is also zero
+// where x <= 0, i.e. relu_grad(max_pool2d_backward(x, dy), x) in one pass, for the
+// usual relu -> max_pool2d where x is the ReLU's output.
+std::vector<AttrSpec> max_pool_backward_attrs() {
+  std::vector<AttrSpec> r = pool_attr_specs();
+  r.push_back({"relu", AttrType::kBool, "also zero dx where x <= 0 (x a ReLU output), default false"});
+  return r;
+}
+
 KILN_REGISTER_OP(detail::make_def("max_pool2d_backward",
                                   "gradient of max_pool2d w.r.t. its input (x, dy); ties go to the first maximum", 2,
-                                  infer_max_pool2d_backward, pool_attr_specs(), Differentiable::kNo));
+                                  infer_max_pool2d_backward, max_pool_backward_attrs(), Differentiable::kNo));
 KILN_REGISTER_OP(detail::make_def("avg_pool2d_backward", "gradient of avg_pool2d w.r.t. its input (the adjoint)", 1,
                                   infer_avg_pool2d_backward, with_input_shape()));
 

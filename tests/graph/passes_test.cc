@@ -2,9 +2,11 @@
 // gone) and equal outputs before and after, on hand-made and randomised graphs.
 #include <random>
 
+#include "kiln/autodiff/tape.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/function.h"
 #include "kiln/ops.h"
+#include "kiln/ops/nn_grad.h"
 #include "test_util.h"
 
 namespace kiln::graph {
@@ -140,6 +142,51 @@ TEST(PassesTest, FusesConvRelu) {
   const OpDef& op = OpRegistry::global().get("fused_conv2d");
   EXPECT_KILN_ERROR(call_op1(op, std::vector<Tensor>{x, w}, {{"activation", std::string("tanh")}}), kInvalidArgument,
                     "unknown activation 'tanh'");
+}
+
+// The gradient through relu -> max_pool2d: relu_grad(max_pool2d_backward(y, g), y)
+// becomes one max_pool2d_backward with attr relu (NHWC and NCHW, overlapping windows
+// too), equal to the unfused graph; a max_pool2d_backward feeding no relu_grad (the
+// second output of the "shared" variant) keeps its plain form.
+TEST(PassesTest, FusesMaxPoolBackwardWithReluGrad) {
+  struct Case {
+    const char* format;
+    std::vector<int64_t> k, s;
+    Shape x;
+  };
+  for (const Case& c : {Case{"NHWC", {2, 2}, {2, 2}, {2, 8, 8, 5}}, Case{"NHWC", {3, 3}, {2, 2}, {2, 9, 9, 3}},
+                        Case{"NCHW", {2, 2}, {2, 2}, {2, 3, 8, 8}}}) {
+    SCOPED_TRACE(std::string(c.format) + " k" + std::to_string(c.k[0]));
+    Tensor w = rand_tensor(c.x, DType::kF32, -1, 1, 31);
+    for (const bool shared : {false, true}) {
+      Graph g = traced(
+          [&](const std::vector<Tensor>& x) {
+            GradientTape tape;
+            tape.watch(x[0]);
+            Tensor y = ops::relu(ops::mul(x[0], w));
+            Tensor p = ops::max_pool2d(y, c.k, c.s, "valid", c.format);
+            Tensor loss = ops::sum(ops::mul(p, p));
+            if (!shared) return std::vector<Tensor>{tape.gradient(loss, {x[0]})[0]};
+            // A pool gradient of its own, read by no relu_grad: not fused.
+            Tensor dp = ops::max_pool2d_backward(y, ops::mul(p, ops::scalar(2.0)), c.k, c.s, "valid", c.format);
+            return std::vector<Tensor>{tape.gradient(loss, {x[0]})[0], dp};
+          },
+          {ops::ones(c.x)});
+      Tensor x = rand_tensor(c.x, DType::kF32, -1, 1, 32);
+      std::vector<Tensor> want = run(g, {x});
+      ASSERT_EQ(g.count_ops("relu_grad"), 1);
+      optimize(g);
+      int fused = 0;
+      for (const Node& n : g.nodes)
+        fused += n.kind == NodeKind::kOp && n.op->name == "max_pool2d_backward" && n.attrs.get_bool("relu", false);
+      EXPECT_EQ(fused, 1);
+      EXPECT_EQ(g.count_ops("relu_grad"), 0);
+      std::vector<Tensor> got = run(g, {x});
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_CLOSE(got[i], want[i], 1e-6, 1e-6);
+      // Some inputs are negative: the mask matters.
+      EXPECT_GT(ops::sum(ops::cast(ops::equal(want[0], ops::scalar(0.0f)), DType::kF32)).item<double>(), 0);
+    }
+  }
 }
 
 // conv2d -> batch_norm_inference (constants) -> relu: one fused_conv2d with the

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kiln/core/parallel.h"
+#include "loops.h"
 #include "nn_kernel_util.h"
 
 namespace kiln::cpu {
@@ -32,8 +33,10 @@ using ops::nn_detail::Pool2dGeometry;
 // channel block) pairs, so overlapping windows never race. When the windows tile
 // the input exactly (stride == window, every cell in one window) dx is written
 // without zeroing it first; otherwise it is zeroed and accumulated.
+// relu: dx is also zeroed where x <= 0 (the fused relu_grad), per task while its part
+// of dx is still in cache.
 template <typename T>
-void max_pool_backward_nhwc(const Pool2dGeometry& g, const T* x, const T* dy, T* dx) {
+void max_pool_backward_nhwc(const Pool2dGeometry& g, const T* x, const T* dy, T* dx, bool relu) {
   using I = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;  // lane-width window index
   const auto& v = g.win;
   const int64_t C = g.c, HW = g.h * g.w, OHW = v.oh * v.ow;
@@ -98,6 +101,13 @@ void max_pool_backward_nhwc(const Pool2dGeometry& g, const T* x, const T* dy, T*
             }
         }
       }
+      if (relu)
+        for (int64_t p = 0; p < HW; ++p) {
+          const T* xp = xn + p * C;
+          T* o = dxn + p * C;
+#pragma omp simd
+          for (int64_t c = 0; c < len; ++c) o[c] = xp[c] > T(0) ? o[c] : T(0);
+        }
     }
   });
 }
@@ -264,7 +274,13 @@ void max_pool2d_backward(OpContext& ctx) {
   if (g.nchw)
     max_pool_backward_nchw<T>(g, x, dy, dx);
   else
-    max_pool_backward_nhwc<T>(g, x, dy, dx);
+    max_pool_backward_nhwc<T>(g, x, dy, dx, ctx.attrs.get_bool("relu", false));
+  if (g.nchw && ctx.attrs.get_bool("relu", false)) {  // NHWC masks inside its tasks
+    parallel_for(ctx.out[0].numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) dx[i] = x[i] > T(0) ? dx[i] : T(0);
+    });
+  }
 }
 
 void avg_pool2d_backward_f32(OpContext& ctx) {

@@ -54,8 +54,9 @@ void max_pool2d_backward(OpContext& ctx) {
     KILN_CUDA_CHECK(cudaMemsetAsync(dx.raw_data(), 0, dx.nbytes(), s.stream));
     return;
   }
-  launch_max_pool2d_backward(ctx.in[0].raw_data(), ctx.in[1].raw_data(), dx.raw_data(), dx.dtype(), dims_of(g),
-                             s.stream);
+  PoolDims d = dims_of(g);
+  d.relu = ctx.attrs.get_bool("relu", false);
+  launch_max_pool2d_backward(ctx.in[0].raw_data(), ctx.in[1].raw_data(), dx.raw_data(), dx.dtype(), d, s.stream);
 }
 
 void avg_pool2d_backward(OpContext& ctx) {

@@ -19,12 +19,12 @@ __device__ __forceinline__ C max_nan(C acc, C e) {
 template <typename I>
 struct Dims {
   I n, c, h, w, oh, ow, kh, kw, sh, sw, pt, pl;
-  bool nchw;
+  bool nchw, relu;
   __device__ explicit Dims(const PoolDims& d)
       : n(static_cast<I>(d.n)), c(static_cast<I>(d.c)), h(static_cast<I>(d.h)), w(static_cast<I>(d.w)),
         oh(static_cast<I>(d.oh)), ow(static_cast<I>(d.ow)), kh(static_cast<I>(d.kh)), kw(static_cast<I>(d.kw)),
         sh(static_cast<I>(d.sh)), sw(static_cast<I>(d.sw)), pt(static_cast<I>(d.pt)), pl(static_cast<I>(d.pl)),
-        nchw(d.nchw) {}
+        nchw(d.nchw), relu(d.relu) {}
   // Splits a flat index of an (n, c, H, W) tensor in this layout.
   __device__ void split(I i, I H, I W, I& nn, I& cc, I& hh, I& ww) const {
     if (nchw) {
@@ -129,6 +129,7 @@ __device__ __forceinline__ void pool_grad_one(I i, const T* __restrict__ x, cons
       }
     }
   }
+  if (d.relu && !(load_as<C>(x, i) > C(0))) acc = 0;
   store_from(dx, i, acc);
 }
 

@@ -13,6 +13,7 @@ namespace kiln::cuda {
 // top/left padding (windows clipped to the input; no window is empty).
 struct PoolDims {
   bool nchw = false;
+  bool relu = false;  // max_pool2d_backward's fused relu_grad: dx = 0 where x <= 0
   int64_t n = 0, c = 0, h = 0, w = 0;
   int64_t oh = 0, ow = 0;
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, pt = 0, pl = 0;

@@ -8,6 +8,10 @@
 
 namespace kiln::graph {
 
+// Not in kiln/graph/passes.h yet (found through passes() by name; add it there when
+// that header next changes).
+void fuse_pool_backward_relu(Graph& g);
+
 const std::vector<Pass>& passes() {
   // Order: fold and simplify first (they expose duplicates and dead nodes), then
   // merge duplicates, then drop what nothing reads.
@@ -17,6 +21,7 @@ const std::vector<Pass>& passes() {
       {"common_subexpression_elimination", 1, eliminate_common_subexpressions},
       {"conv_batch_norm_folding", 2, fold_conv_batch_norm},
       {"matmul_bias_activation_fusion", 2, fuse_matmul_bias_activation},
+      {"pool_backward_relu_fusion", 2, fuse_pool_backward_relu},
       {"elementwise_fusion", 2, fuse_elementwise},
       {"dead_code_elimination", 1, eliminate_dead_code},
   };
