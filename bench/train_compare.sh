@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # kiln eager training vs PyTorch (Debian's python3-torch) on Fashion-MNIST: same model,
 # Adam 1e-3, batch 128, inputs in [0, 1], 2 threads. Prints accuracy and epoch-time ratios.
-# Usage: bench/train_compare.sh [mlp|cnn] [epochs] [runs]   (kiln built under build/release)
+# Usage: bench/train_compare.sh [mlp|cnn] [epochs] [runs]
+#   KILN_BENCH_BIN: the directory with kiln (default build/release/bin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model="${1:-mlp}"; epochs="${2:-5}"; runs="${3:-1}"
-kiln=build/release/bin/kiln
+kiln="${KILN_BENCH_BIN:-build/release/bin}/kiln"
 [ -x "$kiln" ] || { echo "build first: cmake --preset release && cmake --build --preset release"; exit 1; }
 /usr/bin/python3 -c "import torch" 2>/dev/null || {
   echo "needs Debian's PyTorch: apt-get install python3-torch libopenblas0-pthread"; exit 1; }
