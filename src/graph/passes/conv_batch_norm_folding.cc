@@ -8,11 +8,12 @@
 
 #include "kiln/graph/passes.h"
 #include "kiln/ops.h"
+#include "pass_util.h"
 
 namespace kiln::graph {
 namespace {
 
-bool is_op(const Node& n, const char* name) { return n.kind == NodeKind::kOp && n.op->name == name; }
+using pass_util::is_op;
 
 const Tensor* constant(const Graph& g, ValueRef v) {
   const Node& n = g.nodes[static_cast<size_t>(v.node)];
@@ -41,15 +42,7 @@ ValueRef insert_constant(Graph& g, int pos, Tensor value) {
 
 void fold_conv_batch_norm(Graph& g) {
   bool folded_any = false;
-  std::map<ValueRef, int> uses;
-  auto count_uses = [&] {
-    uses.clear();
-    for (const Node& n : g.nodes)
-      for (ValueRef v : n.inputs) ++uses[v];
-    for (ValueRef v : g.outputs) ++uses[v];
-    for (const Assignment& a : g.assignments) ++uses[a.value];
-  };
-  count_uses();
+  std::map<ValueRef, int> uses = pass_util::count_uses(g);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (!is_op(g.nodes[i], "batch_norm_inference")) continue;
     const ValueRef cv = g.nodes[i].inputs[0];
@@ -92,7 +85,7 @@ void fold_conv_batch_norm(Graph& g) {
     replace_uses(g, {bn_at, 0}, {conv_at, 0});
     i = static_cast<size_t>(bn_at);
     folded_any = true;
-    count_uses();  // the inserts moved the keys (rare: once per folded pair)
+    uses = pass_util::count_uses(g);  // the inserts moved the keys (rare: once per folded pair)
   }
   // The batch norms and the old filters are dead: drop them now, so that the fusion
   // passes see the convolutions' single readers.

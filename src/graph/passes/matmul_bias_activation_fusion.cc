@@ -5,21 +5,14 @@
 #include <map>
 
 #include "kiln/graph/passes.h"
+#include "pass_util.h"
 
 namespace kiln::graph {
-namespace {
 
-bool is_op(const Node& n, const char* name) { return n.kind == NodeKind::kOp && n.op->name == name; }
-
-}  // namespace
+using pass_util::is_op;
 
 void fuse_matmul_bias_activation(Graph& g) {
-  // Readers of every value (node inputs, outputs and assignments count).
-  std::map<ValueRef, int> uses;
-  for (const Node& n : g.nodes)
-    for (ValueRef v : n.inputs) ++uses[v];
-  for (ValueRef v : g.outputs) ++uses[v];
-  for (const Assignment& a : g.assignments) ++uses[a.value];
+  std::map<ValueRef, int> uses = pass_util::count_uses(g);
   std::map<ValueRef, int> reader;  // the single op reader of a value, if any
   for (size_t i = 0; i < g.nodes.size(); ++i)
     for (ValueRef v : g.nodes[i].inputs) reader[v] = static_cast<int>(i);

@@ -6,21 +6,18 @@
 #include <map>
 
 #include "kiln/graph/passes.h"
+#include "pass_util.h"
 
 namespace kiln::graph {
 
 void fuse_pool_backward_relu(Graph& g) {
-  std::map<ValueRef, int> uses;
-  for (const Node& n : g.nodes)
-    for (ValueRef v : n.inputs) ++uses[v];
-  for (ValueRef v : g.outputs) ++uses[v];
-  for (const Assignment& a : g.assignments) ++uses[a.value];
-  auto is = [](const Node& n, const char* op) { return n.kind == NodeKind::kOp && n.op->name == op; };
+  using pass_util::is_op;
+  std::map<ValueRef, int> uses = pass_util::count_uses(g);
   for (Node& r : g.nodes) {
-    if (!is(r, "relu_grad") || r.inputs.size() != 2) continue;
+    if (!is_op(r, "relu_grad") || r.inputs.size() != 2) continue;
     const ValueRef pv = r.inputs[0];
     const Node& pool = g.nodes[static_cast<size_t>(pv.node)];
-    if (!is(pool, "max_pool2d_backward") || uses[pv] != 1 || pool.inputs[0] != r.inputs[1] ||
+    if (!is_op(pool, "max_pool2d_backward") || uses[pv] != 1 || pool.inputs[0] != r.inputs[1] ||
         pool.attrs.get_bool("relu", false) || pool.outputs[0].shape != r.outputs[0].shape ||
         pool.outputs[0].dtype != r.outputs[0].dtype)
       continue;
