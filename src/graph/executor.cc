@@ -74,6 +74,8 @@ class ArenaPlanner {
 
 bool is_view_op(const OpDef* op) { return op && op->name == "reshape"; }
 
+using NodeCaches = std::vector<std::unique_ptr<KernelCache>>;  // per node (null: no kernel)
+
 }  // namespace
 
 struct Executor::Plan {
@@ -94,7 +96,7 @@ struct Executor::Plan {
   std::vector<Tensor> constants;       // per node: a constant copied to `device` (off the CPU only)
   std::vector<std::vector<Buf>> bufs;  // per node, per output
   std::vector<KernelFn> kernels;
-  std::vector<std::unique_ptr<KernelCache>> caches;  // per op node: what its kernel keeps across runs
+  std::shared_ptr<const NodeCaches> caches;  // the executor's, shared by its plans
   size_t arena_bytes = 0;
   MemoryPlanStats stats;
   std::mutex pool_mu;
@@ -137,6 +139,26 @@ Executor::Executor(Graph graph) : graph_(std::move(graph)) {
 }
 Executor::~Executor() = default;
 
+// One kernel cache per op node, shared by all plans of an executor (a kernel keys
+// what depends on shapes), knowing which inputs are graph constants (seen through
+// reshape views).
+static std::shared_ptr<const NodeCaches> make_kernel_caches(const Graph& g) {
+  auto root = [&](ValueRef v) {
+    while (is_view_op(g.nodes[static_cast<size_t>(v.node)].op)) v = g.nodes[static_cast<size_t>(v.node)].inputs[0];
+    return v;
+  };
+  auto caches = std::make_shared<NodeCaches>(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& node = g.nodes[i];
+    if (node.kind != NodeKind::kOp || is_view_op(node.op)) continue;
+    uint64_t constant = 0;
+    for (size_t j = 0; j < node.inputs.size() && j < 64; ++j)
+      if (g.nodes[static_cast<size_t>(root(node.inputs[j]).node)].kind == NodeKind::kConstant) constant |= uint64_t{1} << j;
+    (*caches)[i] = std::make_unique<KernelCache>(constant);
+  }
+  return caches;
+}
+
 Device Executor::run_device(const std::vector<Tensor>& inputs) const {
   std::optional<Device> dev;
   for (const Node& node : graph_.nodes) {
@@ -166,6 +188,7 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
                                std::to_string(inputs.size()));
   auto p = std::make_shared<Plan>();
   p->device = device;
+  p->caches = plans_.empty() ? make_kernel_caches(graph_) : plans_.begin()->second->caches;
   const size_t n = graph_.nodes.size();
   p->bufs.resize(n);
   if (device.type != DeviceType::kCPU) {
@@ -221,16 +244,6 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
       v = graph_.nodes[static_cast<size_t>(v.node)].inputs[0];
     return v;
   };
-  // Kernel caches, knowing which inputs are graph constants (seen through views).
-  p->caches.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (!p->kernels[i]) continue;
-    uint64_t constant = 0;
-    const auto& ins = graph_.nodes[i].inputs;
-    for (size_t j = 0; j < ins.size() && j < 64; ++j)
-      if (graph_.nodes[static_cast<size_t>(root(ins[j]).node)].kind == NodeKind::kConstant) constant |= uint64_t{1} << j;
-    p->caches[i] = std::make_unique<KernelCache>(constant);
-  }
   std::map<ValueRef, size_t> last_use;
   for (size_t i = 0; i < n; ++i)
     for (ValueRef v : graph_.nodes[i].inputs) last_use[root(v)] = i;
@@ -341,7 +354,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
         attrs = a.get();
       }
       OpContext ctx{*node.op, in, out, *attrs};
-      KernelCacheScope cache(p.caches[i].get());
+      KernelCacheScope cache((*p.caches)[i].get());
       if (profile) {
         const double t0 = detail::now_us();
         p.kernels[i](ctx);

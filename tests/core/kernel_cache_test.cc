@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -18,9 +19,9 @@ TEST(KernelCache, MakesEachSlotOnceAndKeepsIt) {
   EXPECT_TRUE(cache.constant_input(2));
   EXPECT_FALSE(cache.constant_input(64));
   int makes = 0;
-  auto a = cache.get<int>(0, [&] { return ++makes * 10; });
-  auto b = cache.get<int>(0, [&] { return ++makes * 10; });
-  auto c = cache.get<int>(7, [&] { return ++makes * 10; });
+  auto a = cache.get<int>("a", [&] { return ++makes * 10; });
+  auto b = cache.get<int>("a", [&] { return ++makes * 10; });
+  auto c = cache.get<int>("b", [&] { return ++makes * 10; });
   EXPECT_EQ(*a, 10);
   EXPECT_EQ(a.get(), b.get());
   EXPECT_EQ(*c, 20);
@@ -29,8 +30,18 @@ TEST(KernelCache, MakesEachSlotOnceAndKeepsIt) {
 
 TEST(KernelCache, AFailedMakeKeepsNothing) {
   KernelCache cache;
-  EXPECT_THROW(cache.get<int>(0, []() -> int { throw std::runtime_error("no"); }), std::runtime_error);
-  EXPECT_EQ(*cache.get<int>(0, [] { return 3; }), 3);
+  EXPECT_THROW(cache.get<int>("a", []() -> int { throw std::runtime_error("no"); }), std::runtime_error);
+  EXPECT_EQ(*cache.get<int>("a", [] { return 3; }), 3);
+}
+
+TEST(KernelCache, KeepsTheNewestEntries) {
+  KernelCache cache;
+  for (size_t i = 0; i < KernelCache::kMaxEntries + 1; ++i) cache.get<size_t>(std::to_string(i), [i] { return i; });
+  int makes = 0;
+  EXPECT_EQ(*cache.get<size_t>(std::to_string(KernelCache::kMaxEntries), [&] { return static_cast<size_t>(++makes); }),
+            KernelCache::kMaxEntries);  // kept
+  EXPECT_EQ(*cache.get<size_t>("0", [&] { return size_t{100} + static_cast<size_t>(++makes); }), 101u);  // evicted
+  EXPECT_EQ(makes, 1);
 }
 
 TEST(KernelCache, ConcurrentCallersShareOneValue) {
@@ -40,7 +51,7 @@ TEST(KernelCache, ConcurrentCallersShareOneValue) {
   std::vector<std::thread> threads;
   for (size_t t = 0; t < seen.size(); ++t)
     threads.emplace_back([&, t] {
-      for (int i = 0; i < 100; ++i) seen[t] = cache.get<int>(1, [&] { return ++makes; }).get();
+      for (int i = 0; i < 100; ++i) seen[t] = cache.get<int>("c", [&] { return ++makes; }).get();
     });
   for (auto& th : threads) th.join();
   EXPECT_EQ(makes.load(), 1);

@@ -50,6 +50,15 @@ TEST(KernelCacheInGraphs, ConstantFilterMatchesEagerOnEveryRun) {
     EXPECT_CLOSE(f({x})[0], model({x})[0], 1e-5, 1e-5);
   }
   EXPECT_EQ(f.concrete({rand_tensor({2, 9, 9, 8}, DType::kF32)}).graph().count_ops("fused_conv2d"), 1);
+  // One trace for every batch size: its plans (one per size) share the node's cache.
+  FunctionOptions o;
+  o.input_signature = std::vector<TensorSpec>{{{-1, 9, 9, 8}, DType::kF32}};
+  Function pinned = function(model, o);
+  for (int64_t batch : {1, 6, 1, 3, 64}) {
+    Tensor x = rand_tensor({batch, 9, 9, 8}, DType::kF32, -1, 1, static_cast<uint64_t>(batch));
+    EXPECT_CLOSE(pinned({x})[0], model({x})[0], 1e-5, 1e-5);
+  }
+  EXPECT_EQ(pinned.num_traces(), 1);
 }
 
 TEST(KernelCacheInGraphs, FiltersThatAreInputsOrVariablesAreReadOnEveryRun) {

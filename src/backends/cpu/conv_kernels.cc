@@ -203,7 +203,7 @@ memory to_internal(const char* kind, const DnnlConv& c, const memory::desc& want
 memory forward_filter(const DnnlConv& c, const memory::desc& want, void* user) {
   KernelCache* cache = current_kernel_cache();
   if (!cache || !cache->constant_input(1) || want == c.user_w) return to_internal("fwd", c, want, user);
-  memory m = *cache->get<memory>(0, [&] {
+  memory m = *cache->get<memory>("conv filter " + onednn::desc_key(want), [&] {
     memory im = to_internal("fwd", c, want, user);
     onednn::stream().wait();
     return im;

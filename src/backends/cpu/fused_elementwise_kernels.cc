@@ -136,8 +136,15 @@ Prepared prepare(const OpContext& ctx) {
 
 void k_fused_elementwise(OpContext& ctx) {
   KernelCache* cache = current_kernel_cache();
-  const std::shared_ptr<const Prepared> prepared =
-      cache ? cache->get<Prepared>(0, [&] { return prepare(ctx); }) : std::make_shared<const Prepared>(prepare(ctx));
+  std::shared_ptr<const Prepared> prepared;
+  if (cache) {
+    std::string key = "program, scalar inputs:";  // what the preparation reads besides the attrs
+    for (const Tensor& t : ctx.in) key += t.numel() == 1 ? '1' : '0';
+    key += ctx.out[0].numel() == 1 ? " scalar output" : "";
+    prepared = cache->get<Prepared>(key, [&] { return prepare(ctx); });
+  } else {
+    prepared = std::make_shared<const Prepared>(prepare(ctx));
+  }
   const std::vector<Instr>& prog = prepared->prog;
   const std::vector<int>& block_of = prepared->block_of;
   const int n_slots = prepared->n_slots;

@@ -246,9 +246,9 @@ void onednn_qmatmul(int64_t M, int64_t K, int64_t N, const uint8_t* a, const int
 
 // y NHWC = act(scales[o] * conv(xq - zp, w) + bias[o]); xq u8 NHWC, w s8 HWIO; y f32, or
 // u8 requantised with `yq`. With a `cache`, w is the same on every call of this graph
-// node: its reorder is kept in `slot`.
+// node with this `tag` (the split filter and the plain one differ): its reorder is kept.
 void onednn_qconv(const Conv2dGeometry& g, const uint8_t* xq, const int8_t* w, const float* scales, int32_t zp,
-                  const float* bias, bool relu, const QParams* yq, void* y, KernelCache* cache, int slot) {
+                  const float* bias, bool relu, const QParams* yq, void* y, KernelCache* cache, const char* tag) {
   auto& eng = onednn::engine();
   const auto& v = g.win;
   const int64_t G = g.groups, O = g.o, OG = g.cout_per_group(), I = g.cin_per_group(), KH = v.kh, KW = v.kw;
@@ -263,10 +263,11 @@ void onednn_qconv(const Conv2dGeometry& g, const uint8_t* xq, const int8_t* w, c
   memory::desc bias_md({1, O, 1, 1}, memory::data_type::f32, memory::format_tag::nchw);
   const bool serial = onednn::runs_serial(g.n * v.oh * v.ow * O * I * KH * KW);
   onednn::SerialScope one_thread(serial);
-  const std::string key = std::string("qconv") + onednn::serial_tag(serial) + "|" + std::to_string(g.n) + "," + std::to_string(g.c) + "," + std::to_string(g.h) +
-                          "," + std::to_string(g.w) + "," + std::to_string(O) + "," + std::to_string(G) + "|" +
-                          nn::window_key(v) + "|" + std::to_string(zp != 0) + std::to_string(bias != nullptr) +
-                          std::to_string(relu) + requant_key(yq) + "|" +
+  const std::string key = std::string("qconv") + onednn::serial_tag(serial) + "|" + std::to_string(g.n) + "," +
+                          std::to_string(g.c) + "," + std::to_string(g.h) + "," + std::to_string(g.w) + "," +
+                          std::to_string(O) + "," + std::to_string(G) + "|" + nn::window_key(v) + "|" +
+                          std::to_string(zp != 0) + std::to_string(bias != nullptr) + std::to_string(relu) +
+                          requant_key(yq) + "|" +
                           std::string(reinterpret_cast<const char*>(scales), sizeof(float) * O);
   dnnl::primitive p = onednn::cached(key, [&]() -> dnnl::primitive {
     dnnl::primitive_attr attr = int8_attr(zp != 0, bias != nullptr, bias_md, relu, yq);
@@ -295,7 +296,8 @@ void onednn_qconv(const Conv2dGeometry& g, const uint8_t* xq, const int8_t* w, c
     return wm;
   };
   memory wm = um;
-  if (!(want == user_w)) wm = cache ? *cache->get<memory>(slot, reordered) : reordered();
+  if (!(want == user_w))
+    wm = cache ? *cache->get<memory>(std::string(tag) + onednn::desc_key(want), reordered) : reordered();
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(src, eng, const_cast<uint8_t*>(xq))},
                                        {DNNL_ARG_WEIGHTS, wm},
                                        {DNNL_ARG_DST, memory(dst, eng, y)}};
@@ -473,9 +475,6 @@ void qlinear_matmul_kernel(OpContext& ctx) {
 // f32, 3 channels 600 vs 525, 4 channels 350 vs 670): compute in f32 instead.
 constexpr int64_t kMaxF32Channels = 3;
 
-// qlinear_conv2d's per-node cache slots (kiln/core/kernel_cache.h); slot 0 belongs to
-// fused_conv2d's kernel, which conv_dequantised runs in the same node.
-constexpr int kDequantisedFilterSlot = 1, kFilterSlot = 2, kSplitFilterSlot = 3;
 
 // Whether the filter and its scales are graph constants (their derived forms cacheable).
 bool constant_filter(const OpContext& ctx) {
@@ -521,9 +520,9 @@ void conv_dequantised(OpContext& ctx, QParams p, const Tensor& y) {
   };
   // With a constant filter and scales (a converted package), the f32 filter is made
   // once per graph node, and fused_conv2d's kernel below keeps its oneDNN layout in the
-  // same node's cache (slot 0); otherwise that kernel must see no cache.
+  // same node's cache; otherwise that kernel must see no cache.
   KernelCache* cache = constant_filter(ctx) ? current_kernel_cache() : nullptr;
-  const Tensor wd = cache ? *cache->get<Tensor>(kDequantisedFilterSlot, dequantised_filter) : dequantised_filter();
+  const Tensor wd = cache ? *cache->get<Tensor>("dequantised filter", dequantised_filter) : dequantised_filter();
   const OpDef& fused = OpRegistry::global().get("fused_conv2d");
   KernelFn k = fused.kernel(DeviceType::kCPU, DType::kF32);
   KILN_CHECK_INTERNAL(k != nullptr, "fused_conv2d has no f32 CPU kernel");
@@ -578,7 +577,7 @@ void qlinear_conv2d_kernel(OpContext& ctx) {
   try {
     KernelCache* cache = constant_filter(ctx) ? current_kernel_cache() : nullptr;
     onednn_qconv(gd, a, b, scales.data(), p.zero_point, bias, relu, out.requant(), out.raw(), cache,
-                 split ? kSplitFilterSlot : kFilterSlot);
+                 split ? "split filter " : "filter ");
   } catch (const dnnl::error&) {
     qconv_loop(g, xq.q, wq, scales.data(), p.zero_point, bias, relu, out.f32());
     out.store();
