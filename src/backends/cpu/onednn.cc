@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "kiln/core/error.h"
@@ -98,11 +100,83 @@ dnnl::memory::desc matrix_desc(const dnnl::memory::dims& batch, int64_t rows, in
   return dnnl::memory::desc(dims, dt, strides);
 }
 
-std::string dims_key(const dnnl::memory::dims& d) {
-  std::string s;
-  for (auto x : d) s += std::to_string(x) + ",";
-  return s;
+// A GEMM's primitive with its operands' descriptors, made once per shape: a call then
+// only wraps the pointers (no key formatting, descriptor building or argument map).
+struct PreparedGemm {
+  dnnl::primitive prim;  // empty: no optimised implementation for this dtype
+  dnnl::memory::desc a_md, b_md, c_md, bias_md;
+};
+
+// The shapes, flags and dtype as raw bytes (one allocation; hashed and compared as is).
+std::string gemm_key(const GemmDims& d, DType dtype, bool bias, bool relu, bool serial) {
+  std::string k;
+  k.reserve(16 + 8 * (4 + d.a_batch.size() + d.b_batch.size() + d.c_batch.size()));
+  auto put = [&k](int64_t v) { k.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(static_cast<int64_t>(dtype));
+  put(d.M);
+  put(d.N);
+  put(d.K);
+  put((d.trans_a ? 1 : 0) | (d.trans_b ? 2 : 0) | (bias ? 4 : 0) | (relu ? 8 : 0) | (serial ? 16 : 0));
+  for (const auto* dims : {&d.a_batch, &d.b_batch, &d.c_batch}) {
+    put(static_cast<int64_t>(dims->size()));
+    for (auto x : *dims) put(x);
+  }
+  return k;
 }
+
+PreparedGemm prepare_gemm(const GemmDims& d, DType dtype, bool bias, bool relu) {
+  PreparedGemm g;
+  const auto dt = to_dnnl(dtype);
+  g.a_md = matrix_desc(d.a_batch, d.M, d.K, d.trans_a, dt);
+  g.b_md = matrix_desc(d.b_batch, d.K, d.N, d.trans_b, dt);
+  g.c_md = matrix_desc(d.c_batch, d.M, d.N, false, dt);
+  if (bias) {  // broadcast over every dim but the last
+    dnnl::memory::dims bias_dims(d.c_batch.size() + 2, 1), strides(d.c_batch.size() + 2, d.N);
+    bias_dims.back() = d.N;
+    strides.back() = 1;
+    g.bias_md = dnnl::memory::desc(bias_dims, dnnl::memory::data_type::f32, strides);
+  }
+  try {
+    dnnl::primitive_attr attr;
+    if (relu) {
+      dnnl::post_ops po;
+      po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(po);
+    }
+    auto desc = bias ? dnnl::matmul::desc(g.a_md, g.b_md, g.bias_md, g.c_md) : dnnl::matmul::desc(g.a_md, g.b_md, g.c_md);
+    dnnl::matmul::primitive_desc pd(desc, attr, engine());
+    if (dtype == DType::kF32 || is_optimized(pd)) g.prim = dnnl::matmul(pd);
+  } catch (const dnnl::error&) {
+    if (dtype == DType::kF32) throw;  // no implementation for this dtype on this CPU: prim stays empty
+  }
+  return g;
+}
+
+std::shared_ptr<const PreparedGemm> prepared_gemm(const GemmDims& d, DType dtype, bool bias, bool relu, bool serial) {
+  static std::mutex mu;
+  static auto* cache = new std::unordered_map<std::string, std::shared_ptr<const PreparedGemm>>();
+  std::string key = gemm_key(d, dtype, bias, relu, serial);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache->find(key); it != cache->end()) return it->second;
+  }
+  auto g = std::make_shared<const PreparedGemm>(prepare_gemm(d, dtype, bias, relu));
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache->size() > 4096) cache->clear();  // bound memory under shape churn
+  return cache->emplace(std::move(key), std::move(g)).first->second;
+}
+
+// A memory object over `data` (the C API: no exceptions wrapper, no argument map).
+struct Mem {
+  dnnl_memory_t m = nullptr;
+  Mem(const dnnl::memory::desc& md, const void* data) {
+    dnnl::error::wrap_c_api(dnnl_memory_create(&m, &md.data, engine().get(), const_cast<void*>(data)),
+                            "could not create a memory object");
+  }
+  ~Mem() { dnnl_memory_destroy(m); }
+  Mem(const Mem&) = delete;
+  Mem& operator=(const Mem&) = delete;
+};
 }  // namespace
 
 bool gemm(const GemmDims& d, DType dtype, const void* a, const void* b, void* c) {
@@ -110,51 +184,21 @@ bool gemm(const GemmDims& d, DType dtype, const void* a, const void* b, void* c)
 }
 
 bool gemm(const GemmDims& d, DType dtype, const void* a, const void* b, const void* bias, bool relu, void* c) {
-  auto dt = to_dnnl(dtype);
   int64_t macs = d.M * d.N * d.K;
-  for (auto b : d.c_batch) macs *= b;
+  for (auto x : d.c_batch) macs *= x;
   const bool serial = runs_serial(macs);
   SerialScope one_thread(serial);
-  std::string key = "mm|" + std::to_string(static_cast<int>(dtype)) + "|" + dims_key(d.a_batch) + "|" +
-                    dims_key(d.b_batch) + "|" + std::to_string(d.M) + "," + std::to_string(d.N) + "," +
-                    std::to_string(d.K) + "|" + std::to_string(d.trans_a) + std::to_string(d.trans_b) + "|" +
-                    std::to_string(bias != nullptr) + std::to_string(relu) + serial_tag(serial);
-  auto a_md = matrix_desc(d.a_batch, d.M, d.K, d.trans_a, dt);
-  auto b_md = matrix_desc(d.b_batch, d.K, d.N, d.trans_b, dt);
-  auto c_md = matrix_desc(d.c_batch, d.M, d.N, false, dt);
-  // The bias broadcasts over every dim but the last.
-  dnnl::memory::dims bias_dims(d.c_batch.size() + 2, 1);
-  bias_dims.back() = d.N;
-  dnnl::memory::desc bias_md(bias_dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
+  const std::shared_ptr<const PreparedGemm> g = prepared_gemm(d, dtype, bias != nullptr, relu, serial);
+  if (!g->prim) return false;
+  Mem am(g->a_md, a), bm(g->b_md, b), cm(g->c_md, c);
+  std::optional<Mem> biasm;
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, am.m}, {DNNL_ARG_WEIGHTS, bm.m}, {DNNL_ARG_DST, cm.m}, {0, nullptr}};
+  int n = 3;
   if (bias) {
-    dnnl::memory::dims strides(bias_dims.size(), d.N);
-    strides.back() = 1;
-    bias_md = dnnl::memory::desc(bias_dims, dnnl::memory::data_type::f32, strides);
+    biasm.emplace(g->bias_md, bias);
+    args[n++] = {DNNL_ARG_BIAS, biasm->m};
   }
-  dnnl::primitive prim = cached(key, [&]() -> dnnl::primitive {
-    try {
-      dnnl::primitive_attr attr;
-      if (relu) {
-        dnnl::post_ops po;
-        po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-        attr.set_post_ops(po);
-      }
-      auto desc = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
-      dnnl::matmul::primitive_desc pd(desc, attr, engine());
-      if (dtype != DType::kF32 && !is_optimized(pd)) return dnnl::primitive();
-      return dnnl::matmul(pd);
-    } catch (const dnnl::error&) {
-      if (dtype == DType::kF32) throw;
-      return dnnl::primitive();  // no implementation for this dtype on this CPU
-    }
-  });
-  if (!prim) return false;
-  dnnl::memory am(a_md, engine(), const_cast<void*>(a));
-  dnnl::memory bm(b_md, engine(), const_cast<void*>(b));
-  dnnl::memory cm(c_md, engine(), c);
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_md, engine(), const_cast<void*>(bias)));
-  prim.execute(stream(), args);
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(g->prim.get(), stream().get(), n, args), "could not execute a matmul");
   stream().wait();
   return true;
 }
