@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../common/axis_view.h"
 #include "kiln/core/parallel.h"
 #include "loops.h"
 #include "nn_kernel_util.h"
@@ -14,15 +15,7 @@
 namespace kiln::cpu {
 namespace {
 
-// x viewed as [outer, C, inner] around the channel axis.
-struct ChannelView {
-  int64_t outer = 1, c = 1, inner = 1;
-  ChannelView(const Shape& s, int axis) {
-    for (int i = 0; i < axis; ++i) outer *= s[i];
-    c = s[axis];
-    for (int i = axis + 1; i < s.rank(); ++i) inner *= s[i];
-  }
-};
+using backends::ChannelView;
 
 template <typename T>
 const T* in_ptr(const OpContext& ctx, int i) {

@@ -41,18 +41,34 @@ dnnl::memory::data_type to_dnnl(DType t) {
   throw UnimplementedError(std::string("oneDNN has no data type for ") + std::string(dtype_name(t)));
 }
 
-dnnl::primitive cached(const std::string& key, const std::function<dnnl::primitive()>& make) {
-  static std::mutex mu;
-  static auto* cache = new std::unordered_map<std::string, dnnl::primitive>();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache->find(key);
-    if (it != cache->end()) return it->second;
+namespace {
+// A process-wide map from shape keys to what oneDNN made for them (primitives, prepared
+// GEMMs). make() runs outside the lock (two threads may both make; the first kept wins).
+// Bounded: cleared past 4096 entries, so shape churn cannot grow it without limit.
+template <typename V>
+class ShapeCache {
+ public:
+  template <typename Make>
+  V get(std::string key, Make&& make) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = map_.find(key); it != map_.end()) return it->second;
+    }
+    V v = make();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (map_.size() > 4096) map_.clear();
+    return map_.emplace(std::move(key), std::move(v)).first->second;
   }
-  dnnl::primitive p = make();
-  std::lock_guard<std::mutex> lock(mu);
-  if (cache->size() > 4096) cache->clear();  // bound memory under shape churn
-  return cache->emplace(key, p).first->second;
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, V> map_;
+};
+}  // namespace
+
+dnnl::primitive cached(const std::string& key, const std::function<dnnl::primitive()>& make) {
+  static auto* cache = new ShapeCache<dnnl::primitive>();
+  return cache->get(key, make);
 }
 
 int64_t serial_macs() {
@@ -153,17 +169,9 @@ PreparedGemm prepare_gemm(const GemmDims& d, DType dtype, bool bias, bool relu) 
 }
 
 std::shared_ptr<const PreparedGemm> prepared_gemm(const GemmDims& d, DType dtype, bool bias, bool relu, bool serial) {
-  static std::mutex mu;
-  static auto* cache = new std::unordered_map<std::string, std::shared_ptr<const PreparedGemm>>();
-  std::string key = gemm_key(d, dtype, bias, relu, serial);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = cache->find(key); it != cache->end()) return it->second;
-  }
-  auto g = std::make_shared<const PreparedGemm>(prepare_gemm(d, dtype, bias, relu));
-  std::lock_guard<std::mutex> lock(mu);
-  if (cache->size() > 4096) cache->clear();  // bound memory under shape churn
-  return cache->emplace(std::move(key), std::move(g)).first->second;
+  static auto* cache = new ShapeCache<std::shared_ptr<const PreparedGemm>>();
+  return cache->get(gemm_key(d, dtype, bias, relu, serial),
+                    [&] { return std::make_shared<const PreparedGemm>(prepare_gemm(d, dtype, bias, relu)); });
 }
 
 // A memory object over `data` (the C API: no exceptions wrapper, no argument map).

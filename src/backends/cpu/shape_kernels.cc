@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "../common/axis_view.h"
 #include "byte_copy.h"
 #include "kernel_util.h"
 
@@ -209,11 +210,7 @@ void join_copy(char* joined, std::span<char* const> parts, const std::vector<int
   }
 }
 
-int64_t outer_size(const Shape& s, int axis) {
-  int64_t n = 1;
-  for (int d = 0; d < axis; ++d) n *= s[d];
-  return n;
-}
+using backends::outer_size;
 
 // concat and stack: the output's rows before `axis` interleave whole input rows.
 void k_concat(OpContext& ctx) {

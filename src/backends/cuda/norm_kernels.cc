@@ -1,5 +1,6 @@
 // Normalisation on CUDA: batch norm (given or batch statistics), layer norm, RMS norm
 // (kernels: norm_kernels.cu). As on the CPU, parameters may be f32 for f16/bf16 inputs.
+#include "../common/axis_view.h"
 #include "kernel_util.h"
 #include "norm_launch.h"
 
@@ -16,15 +17,7 @@ unsigned f32_mask(const OpContext& ctx, size_t first, size_t count) {
   return m;
 }
 
-// x viewed as [outer, C, inner] around the channel axis.
-struct ChannelView {
-  int64_t outer = 1, c = 1, inner = 1;
-  ChannelView(const Shape& s, int axis) {
-    for (int i = 0; i < axis; ++i) outer *= s[i];
-    c = s[axis];
-    for (int i = axis + 1; i < s.rank(); ++i) inner *= s[i];
-  }
-};
+using backends::ChannelView;
 
 void k_batch_norm_inference(OpContext& ctx) {
   const Tensor& x = ctx.in[0];

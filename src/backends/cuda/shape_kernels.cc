@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/axis_view.h"
 #include "kernel_util.h"
 #include "shape_launch.h"
 
@@ -45,11 +46,7 @@ void k_transpose(OpContext& ctx) {
   launch_permute(x.raw_data(), ctx.out[0].raw_data(), itemsize_of(x), r, x.shape().begin(), perm.data(), s.stream);
 }
 
-int64_t outer_size(const Shape& s, int axis) {
-  int64_t n = 1;
-  for (int d = 0; d < axis; ++d) n *= s[d];
-  return n;
-}
+using backends::outer_size;
 
 // concat and stack: output rows before `axis` interleave whole input rows.
 void k_concat(OpContext& ctx) {
