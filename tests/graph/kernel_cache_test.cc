@@ -3,6 +3,7 @@
 // graphs stay equal to eager calls whatever changes between runs. The kernel-level
 // tests write into a "constant" after the first call: a cached kernel must still see
 // the old data (that is what proves it cached), an uncached one the new.
+#include <cstdlib>
 #include <cstring>
 
 #include "kiln/core/kernel_cache.h"
@@ -84,15 +85,20 @@ TEST(KernelCacheInGraphs, Conv2dKernelCachesTheFilterOnlyWhenItIsConstant) {
   Function f = function([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{ops::relu(ops::conv2d(a[0], w, same()))}; });
   const graph::Node& node = node_of(f, {x}, "fused_conv2d");
   const Tensor with_w = ops::relu(ops::conv2d(x, w, same())), with_w2 = ops::relu(ops::conv2d(x, w2, same()));
-  for (const bool constant : {true, false}) {
-    SCOPED_TRACE(constant ? "constant filter" : "filter not constant");
-    Tensor filter = w.clone();
-    KernelCache cache(constant ? 0b10 : 0b00);
-    EXPECT_CLOSE(run_kernel(node, {x, filter}, &cache), with_w, 1e-5, 1e-5);
-    overwrite(filter, w2);
-    EXPECT_CLOSE(run_kernel(node, {x, filter}, &cache), constant ? with_w : with_w2, 1e-5, 1e-5);
-    EXPECT_CLOSE(run_kernel(node, {x, filter}, nullptr), with_w2, 1e-5, 1e-5);  // eager: no cache
+  // Both CPU routes: the direct kernel's packed filter and oneDNN's reordered one.
+  for (const char* direct : {"1", "0"}) {
+    setenv("KILN_DIRECT_CONV", direct, 1);
+    for (const bool constant : {true, false}) {
+      SCOPED_TRACE(std::string(constant ? "constant filter" : "filter not constant") + ", KILN_DIRECT_CONV=" + direct);
+      Tensor filter = w.clone();
+      KernelCache cache(constant ? 0b10 : 0b00);
+      EXPECT_CLOSE(run_kernel(node, {x, filter}, &cache), with_w, 1e-5, 1e-5);
+      overwrite(filter, w2);
+      EXPECT_CLOSE(run_kernel(node, {x, filter}, &cache), constant ? with_w : with_w2, 1e-5, 1e-5);
+      EXPECT_CLOSE(run_kernel(node, {x, filter}, nullptr), with_w2, 1e-5, 1e-5);  // eager: no cache
+    }
   }
+  unsetenv("KILN_DIRECT_CONV");
 }
 
 // qlinear_conv2d: the f32 route (<= 3 input channels: the dequantised filter and its

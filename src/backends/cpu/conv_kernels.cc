@@ -10,6 +10,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "direct_conv.h"
 #include "kiln/core/kernel_cache.h"
 #include "kiln/core/parallel.h"
 #include "nn_kernel_util.h"
@@ -120,6 +121,42 @@ void conv_backward_filter_loop(const Conv2dGeometry& g, const T* x, const T* dy,
   });
 }
 
+// ---- direct NHWC kernel (f32; direct_conv.h) ----------------------------------------------
+
+// The direct kernel's forward problem for `g`, when it handles it (filter_grad: when
+// its filter-gradient kernel does).
+bool direct_problem(const Conv2dGeometry& g, direct_conv::Problem& p, bool filter_grad = false) {
+  const auto& v = g.win;
+  if (g.nchw || g.groups != 1 || v.sh != 1 || v.sw != 1 || v.dh != 1 || v.dw != 1) return false;
+  p.n = g.n, p.h = g.h, p.w = g.w, p.c = g.c, p.o = g.o;
+  p.kh = v.kh, p.kw = v.kw, p.pt = v.pt, p.pb = v.pb, p.pl = v.pl, p.pr = v.pr;
+  if (p.oh() != v.oh || p.ow() != v.ow) return false;
+  return filter_grad ? direct_conv::supports_backward_filter(p) : direct_conv::supports(p);
+}
+
+// The filter in the direct kernel's layout: packed once per graph node when it is a
+// graph constant, else into a per-thread scratch buffer on every call (a few us).
+// backward: the backward-data problem's filter (flipped, channels swapped).
+const float* direct_filter(const direct_conv::Problem& p, const float* hwio, bool backward,
+                           std::shared_ptr<const std::vector<float>>& hold) {
+  auto pack = [&](float* dst) {
+    backward ? direct_conv::pack_filter_backward(p, hwio, dst) : direct_conv::pack_filter(p, hwio, dst);
+  };
+  KernelCache* cache = current_kernel_cache();
+  if (cache && cache->constant_input(1)) {
+    hold = cache->get<std::vector<float>>(backward ? "direct conv filter bwd" : "direct conv filter", [&] {
+      std::vector<float> v(direct_conv::packed_size(p));
+      pack(v.data());
+      return v;
+    });
+    return hold->data();
+  }
+  thread_local std::vector<float> scratch;
+  scratch.resize(direct_conv::packed_size(p));
+  pack(scratch.data());
+  return scratch.data();
+}
+
 // ---- oneDNN (f32) ------------------------------------------------------------------------
 
 // The user's filter layout as oneDNN logical dims {[G,] O/G, I, KH, KW} with strides.
@@ -217,6 +254,14 @@ void conv2d_forward_f32(OpContext& ctx, bool relu) {
   if (ctx.out[0].numel() == 0) return;
   const bool with_bias = ctx.in.size() == 3;
   const float* bias = with_bias ? static_cast<const float*>(ctx.in[2].raw_data()) : nullptr;
+  direct_conv::Problem dp;
+  if (direct_problem(g, dp)) {
+    std::shared_ptr<const std::vector<float>> hold;
+    const float* w = direct_filter(dp, static_cast<const float*>(ctx.in[1].raw_data()), false, hold);
+    direct_conv::run(dp, static_cast<const float*>(ctx.in[0].raw_data()), w, bias,
+                     static_cast<float*>(ctx.out[0].raw_data()), relu);
+    return;
+  }
   DnnlConv c(g, with_bias);
   onednn::SerialScope one_thread(c.serial);
   try {
@@ -263,6 +308,17 @@ void conv2d_backward_data_f32(OpContext& ctx) {
     std::memset(dx.raw_data(), 0, dx.nbytes());
     return;
   }
+  direct_conv::Problem dp;
+  if (direct_problem(g, dp)) {
+    const direct_conv::Problem bp = direct_conv::backward_data_problem(dp);
+    if (direct_conv::supports(bp)) {
+      std::shared_ptr<const std::vector<float>> hold;
+      const float* w = direct_filter(dp, static_cast<const float*>(ctx.in[1].raw_data()), true, hold);
+      direct_conv::run(bp, static_cast<const float*>(ctx.in[0].raw_data()), w, nullptr,
+                       static_cast<float*>(dx.raw_data()), false);
+      return;
+    }
+  }
   DnnlConv c(g, false);
   onednn::SerialScope one_thread(c.serial);
   try {
@@ -291,6 +347,12 @@ void conv2d_backward_filter_f32(OpContext& ctx) {
   if (dw.numel() == 0) return;
   if (ctx.in[1].numel() == 0) {
     std::memset(dw.raw_data(), 0, dw.nbytes());
+    return;
+  }
+  direct_conv::Problem dp;
+  if (direct_problem(g, dp, true)) {
+    direct_conv::backward_filter(dp, static_cast<const float*>(ctx.in[0].raw_data()),
+                                 static_cast<const float*>(ctx.in[1].raw_data()), static_cast<float*>(dw.raw_data()));
     return;
   }
   DnnlConv c(g, false);

@@ -1,0 +1,312 @@
+// Direct NHWC convolution (direct_conv.h): padded row buffers and a 6x16
+// register tile.
+#include "direct_conv.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kiln/core/parallel.h"
+#include "onednn.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define KILN_DIRECT_CONV_AVX2 1
+#endif
+
+namespace kiln::cpu::direct_conv {
+namespace {
+
+constexpr int64_t kBlock = 16;            // output channels per tile (two AVX registers)
+constexpr int64_t kMaxTile = 6;           // output pixels per tile: 12 accumulators
+constexpr int64_t kPadBytes = 256 << 10;  // padded rows per block: at most this much
+
+bool enabled() {
+  const char* v = std::getenv("KILN_DIRECT_CONV");
+  return !(v && v[0] == '0');
+}
+
+#ifdef KILN_DIRECT_CONV_AVX2
+// R output pixels x 16 output channels: out[r*ldo + 0..15] = sum over (kh, j)
+// of in[kh*ldr + r*c + j] * w[(kh*kwc + j)*16 + 0..15], j over kw*c (kw and c
+// are contiguous in both the padded input row and the packed filter).
+template <int R>
+void tile(const float* in, int64_t ldr, int64_t c, int64_t kh, int64_t kwc, const float* w, const float* bias,
+          float* out, int64_t ldo, bool relu) {
+  const __m256 b0 = _mm256_loadu_ps(bias), b1 = _mm256_loadu_ps(bias + 8);
+  __m256 a00 = b0, a01 = b1, a10 = b0, a11 = b1, a20 = b0, a21 = b1;
+  __m256 a30 = b0, a31 = b1, a40 = b0, a41 = b1, a50 = b0, a51 = b1;
+  for (int64_t i = 0; i < kh; ++i) {
+    const float* ip = in + i * ldr;
+    const float* wp = w + i * kwc * kBlock;
+    _Pragma("GCC unroll 4") for (int64_t j = 0; j < kwc; ++j) {
+      const __m256 w0 = _mm256_loadu_ps(wp + j * kBlock), w1 = _mm256_loadu_ps(wp + j * kBlock + 8);
+      __m256 x;
+#define KILN_STEP(r)                           \
+  if constexpr (R > r) {                       \
+    x = _mm256_broadcast_ss(ip + r * c + j);   \
+    a##r##0 = _mm256_fmadd_ps(x, w0, a##r##0); \
+    a##r##1 = _mm256_fmadd_ps(x, w1, a##r##1); \
+  }
+      KILN_STEP(0)
+      KILN_STEP(1) KILN_STEP(2) KILN_STEP(3) KILN_STEP(4) KILN_STEP(5)
+#undef KILN_STEP
+    }
+  }
+  const __m256 z = _mm256_setzero_ps();
+#define KILN_STORE(r)                             \
+  if constexpr (R > r) {                          \
+    if (relu) {                                   \
+      a##r##0 = _mm256_max_ps(a##r##0, z);        \
+      a##r##1 = _mm256_max_ps(a##r##1, z);        \
+    }                                             \
+    _mm256_storeu_ps(out + r * ldo, a##r##0);     \
+    _mm256_storeu_ps(out + r * ldo + 8, a##r##1); \
+  }
+  KILN_STORE(0)
+  KILN_STORE(1) KILN_STORE(2) KILN_STORE(3) KILN_STORE(4) KILN_STORE(5)
+#undef KILN_STORE
+}
+
+using TileFn = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, const float*, const float*, float*, int64_t,
+                        bool);
+constexpr TileFn kTiles[kMaxTile + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
+
+// Output rows per block: the block's padded input rows take at most kPadBytes.
+int64_t block_rows(const Problem& p) {
+  const int64_t row = (p.w + p.pl + p.pr) * p.c;
+  return std::max<int64_t>(1, kPadBytes / int64_t(sizeof(float) * row) - (p.kh - 1));
+}
+
+// The input rows that output rows [b0, b0 + nrows - kh + 1) of image n read, zero-padded,
+// in a per-thread buffer: row i is input row b0 - pt + i, (w + pl + pr) * c floats.
+const float* pad_rows(const Problem& p, const float* x, int64_t n, int64_t b0, int64_t nrows) {
+  const int64_t c = p.c, row = (p.w + p.pl + p.pr) * c;
+  thread_local std::vector<float> buf;
+  if (buf.size() < size_t(nrows * row)) buf.resize(size_t(nrows * row));
+  for (int64_t i = 0; i < nrows; ++i) {
+    float* d = buf.data() + i * row;
+    const int64_t ih = b0 - p.pt + i;
+    if (ih < 0 || ih >= p.h) {
+      std::memset(d, 0, sizeof(float) * size_t(row));
+      continue;
+    }
+    std::memset(d, 0, sizeof(float) * size_t(p.pl * c));
+    std::memcpy(d + p.pl * c, x + ((n * p.h + ih) * p.w) * c, sizeof(float) * size_t(p.w * c));
+    std::memset(d + (p.pl + p.w) * c, 0, sizeof(float) * size_t(p.pr * c));
+  }
+  return buf.data();
+}
+
+// Output rows [r0, r1) of image n.
+void rows(const Problem& p, const float* x, const float* packed, const float* bias, float* y, bool relu, int64_t n,
+          int64_t r0, int64_t r1) {
+  const int64_t c = p.c, oh = p.oh(), ow = p.ow(), row = (p.w + p.pl + p.pr) * c, block = block_rows(p);
+  const int64_t tiles = (ow + kMaxTile - 1) / kMaxTile;
+  for (int64_t b0 = r0; b0 < r1; b0 += block) {
+    const int64_t b1 = std::min(r1, b0 + block);
+    const float* buf = pad_rows(p, x, n, b0, b1 - b0 + p.kh - 1);
+    for (int64_t cb = 0; cb < p.o / kBlock; ++cb) {
+      const float* w = packed + cb * p.kh * p.kw * c * kBlock;
+      for (int64_t r = b0; r < b1; ++r) {
+        float* out = y + ((n * oh + r) * ow) * p.o + cb * kBlock;
+        const float* in = buf + (r - b0) * row;
+        // Balanced tiles: widths differ by at most one (14 -> 5, 5, 4).
+        for (int64_t t = 0, col = 0; t < tiles; ++t) {
+          const int64_t width = (ow - col) / (tiles - t);
+          kTiles[width](in + col * c, row, c, p.kh, p.kw * c, w, bias + cb * kBlock, out + col * p.o, p.o, relu);
+          col += width;
+        }
+      }
+    }
+  }
+}
+
+// Filter gradient, R rows m of dw [kh*kw*c, o] x 16 columns: dw[m][0..15] += sum over the
+// block's output pixels of xpad[pixel + off[m]] * dy[pixel][0..15].
+template <int R>
+void grad_tile(const float* xpad, const int64_t* off, int64_t row, int64_t c, int64_t rows, int64_t ow, const float* dy,
+               int64_t o, float* dw) {
+  const int64_t o0 = off[0], o1 = R > 1 ? off[1] : 0, o2 = R > 2 ? off[2] : 0, o3 = R > 3 ? off[3] : 0,
+                o4 = R > 4 ? off[4] : 0, o5 = R > 5 ? off[5] : 0;
+  __m256 a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51;
+#define KILN_LOAD(r)                           \
+  if constexpr (R > r) {                       \
+    a##r##0 = _mm256_loadu_ps(dw + r * o);     \
+    a##r##1 = _mm256_loadu_ps(dw + r * o + 8); \
+  }
+  KILN_LOAD(0)
+  KILN_LOAD(1) KILN_LOAD(2) KILN_LOAD(3) KILN_LOAD(4) KILN_LOAD(5)
+#undef KILN_LOAD
+      for (int64_t i = 0; i < rows; ++i) {
+    const float* xr = xpad + i * row;
+    const float* dr = dy + i * ow * o;
+    _Pragma("GCC unroll 2") for (int64_t j = 0; j < ow; ++j) {
+      const float* xp = xr + j * c;
+      const __m256 d0 = _mm256_loadu_ps(dr + j * o), d1 = _mm256_loadu_ps(dr + j * o + 8);
+      __m256 v;
+#define KILN_STEP(r)                           \
+  if constexpr (R > r) {                       \
+    v = _mm256_broadcast_ss(xp + o##r);        \
+    a##r##0 = _mm256_fmadd_ps(v, d0, a##r##0); \
+    a##r##1 = _mm256_fmadd_ps(v, d1, a##r##1); \
+  }
+      KILN_STEP(0) KILN_STEP(1) KILN_STEP(2) KILN_STEP(3) KILN_STEP(4) KILN_STEP(5)
+#undef KILN_STEP
+    }
+  }
+#define KILN_STORE(r)                          \
+  if constexpr (R > r) {                       \
+    _mm256_storeu_ps(dw + r * o, a##r##0);     \
+    _mm256_storeu_ps(dw + r * o + 8, a##r##1); \
+  }
+  KILN_STORE(0) KILN_STORE(1) KILN_STORE(2) KILN_STORE(3) KILN_STORE(4) KILN_STORE(5)
+#undef KILN_STORE
+}
+
+using GradTileFn = void (*)(const float*, const int64_t*, int64_t, int64_t, int64_t, int64_t, const float*, int64_t,
+                            float*);
+constexpr GradTileFn kGradTiles[kMaxTile + 1] = {nullptr,      grad_tile<1>, grad_tile<2>, grad_tile<3>,
+                                                 grad_tile<4>, grad_tile<5>, grad_tile<6>};
+
+// Adds image n's filter gradient to dw (HWIO, [kh*kw*c][o]).
+void grad_image(const Problem& p, const float* x, const float* dy, int64_t n, const int64_t* off, float* dw) {
+  const int64_t oh = p.oh(), ow = p.ow(), row = (p.w + p.pl + p.pr) * p.c, block = block_rows(p);
+  const int64_t m = p.kh * p.kw * p.c;
+  for (int64_t b0 = 0; b0 < oh; b0 += block) {
+    const int64_t b1 = std::min(oh, b0 + block);
+    const float* buf = pad_rows(p, x, n, b0, b1 - b0 + p.kh - 1);
+    const float* dyb = dy + (n * oh + b0) * ow * p.o;
+    for (int64_t cb = 0; cb < p.o / kBlock; ++cb)
+      for (int64_t m0 = 0; m0 < m; m0 += kMaxTile) {
+        const int64_t r = std::min(kMaxTile, m - m0);
+        kGradTiles[r](buf, off + m0, row, p.c, b1 - b0, ow, dyb + cb * kBlock, p.o, dw + m0 * p.o + cb * kBlock);
+      }
+  }
+}
+#endif
+
+}  // namespace
+
+bool supports(const Problem& p) {
+#ifdef KILN_DIRECT_CONV_AVX2
+  return p.n > 0 && p.o > 0 && p.o % kBlock == 0 && p.c >= 8 && p.kh >= 1 && p.kw >= 1 && p.pt >= 0 && p.pb >= 0 &&
+         p.pl >= 0 && p.pr >= 0 && p.oh() >= 1 && p.ow() >= 1 && enabled();
+#else
+  (void)p;
+  return false;
+#endif
+}
+
+size_t packed_size(const Problem& p) { return size_t(p.kh * p.kw * p.c * p.o); }
+
+void pack_filter(const Problem& p, const float* hwio, float* packed) {
+  // packed[cb][i][j][k][16] = hwio[i][j][k][cb*16 + 0..15]
+  const int64_t taps = p.kh * p.kw * p.c;
+  for (int64_t cb = 0; cb < p.o / kBlock; ++cb)
+    for (int64_t t = 0; t < taps; ++t)
+      std::memcpy(packed + (cb * taps + t) * kBlock, hwio + t * p.o + cb * kBlock, sizeof(float) * kBlock);
+}
+
+Problem backward_data_problem(const Problem& f) {
+  Problem b;
+  b.n = f.n;
+  b.h = f.oh();
+  b.w = f.ow();
+  b.c = f.o;
+  b.o = f.c;
+  b.kh = f.kh;
+  b.kw = f.kw;
+  // dx[h] = sum_i dy[h + i - (kh-1-pt)] * w[kh-1-i]: the flipped filter over dy
+  // padded by kh-1-pt on top and kh-1-pb below (then the output has exactly h
+  // rows).
+  b.pt = f.kh - 1 - f.pt;
+  b.pb = f.kh - 1 - f.pb;
+  b.pl = f.kw - 1 - f.pl;
+  b.pr = f.kw - 1 - f.pr;
+  return b;
+}
+
+void pack_filter_backward(const Problem& f, const float* hwio, float* packed) {
+  // The backward problem's filter: wb[i][j][o][c] = hwio[kh-1-i][kw-1-j][c][o],
+  // packed by 16 input channels c.
+  for (int64_t cb = 0; cb < f.c / kBlock; ++cb)
+    for (int64_t i = 0; i < f.kh; ++i)
+      for (int64_t j = 0; j < f.kw; ++j)
+        for (int64_t o = 0; o < f.o; ++o) {
+          float* d = packed + (((cb * f.kh + i) * f.kw + j) * f.o + o) * kBlock;
+          const float* s = hwio + (((f.kh - 1 - i) * f.kw + (f.kw - 1 - j)) * f.c + cb * kBlock) * f.o + o;
+          for (int64_t k = 0; k < kBlock; ++k) d[k] = s[k * f.o];
+        }
+}
+
+bool supports_backward_filter(const Problem& p) {
+#ifdef KILN_DIRECT_CONV_AVX2
+  return p.n > 0 && p.c > 0 && p.o > 0 && p.o % kBlock == 0 && p.kh >= 1 && p.kw >= 1 && p.pt >= 0 && p.pb >= 0 &&
+         p.pl >= 0 && p.pr >= 0 && p.oh() >= 1 && p.ow() >= 1 && enabled();
+#else
+  (void)p;
+  return false;
+#endif
+}
+
+void backward_filter(const Problem& p, const float* x, const float* dy, float* dw) {
+#ifdef KILN_DIRECT_CONV_AVX2
+  const int64_t m = p.kh * p.kw * p.c, wsize = m * p.o;
+  // Row m = (i*kw + j)*c + k of dw reads the padded input at offset (i*(w+pl+pr) + j)*c + k.
+  thread_local std::vector<int64_t> off;
+  off.resize(size_t(m));
+  for (int64_t i = 0; i < p.kh; ++i)
+    for (int64_t j = 0; j < p.kw; ++j)
+      for (int64_t k = 0; k < p.c; ++k) off[size_t((i * p.kw + j) * p.c + k)] = (i * (p.w + p.pl + p.pr) + j) * p.c + k;
+  // Images split over the pool; each part sums into its own copy of dw, added up at the end.
+  const int64_t macs = p.n * p.oh() * p.ow() * m * p.o;
+  const int64_t parts = onednn::runs_serial(macs) ? 1 : std::min<int64_t>(num_threads(), p.n);
+  thread_local std::vector<float> partial;
+  partial.assign(size_t((parts - 1) * wsize), 0.0f);
+  std::memset(dw, 0, sizeof(float) * size_t(wsize));
+  // (Pointers, not the thread_local vectors: pool threads would see their own, empty ones.)
+  const int64_t* offsets = off.data();
+  float* sums = partial.data();
+  parallel_for(parts, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* acc = t == 0 ? dw : sums + (t - 1) * wsize;
+      for (int64_t n = p.n * t / parts; n < p.n * (t + 1) / parts; ++n) grad_image(p, x, dy, n, offsets, acc);
+    }
+  });
+  for (int64_t t = 1; t < parts; ++t) {
+    const float* s = partial.data() + (t - 1) * wsize;
+    for (int64_t i = 0; i < wsize; ++i) dw[i] += s[i];
+  }
+#else
+  (void)p, (void)x, (void)dy, (void)dw;
+  std::abort();
+#endif
+}
+
+void run(const Problem& p, const float* x, const float* packed, const float* bias, float* y, bool relu) {
+#ifdef KILN_DIRECT_CONV_AVX2
+  thread_local std::vector<float> zeros;
+  if (!bias) {
+    if (zeros.size() < size_t(p.o)) zeros.assign(size_t(p.o), 0.0f);
+    bias = zeros.data();
+  }
+  const int64_t oh = p.oh(), units = p.n * oh;
+  const int64_t macs = units * p.ow() * p.o * p.kh * p.kw * p.c;
+  // Contiguous (image, output row) ranges per thread; small problems stay on
+  // this thread.
+  parallel_for(units, onednn::runs_serial(macs) ? units : 1, [&](int64_t u0, int64_t u1) {
+    while (u0 < u1) {
+      const int64_t n = u0 / oh, r0 = u0 % oh, r1 = std::min(oh, r0 + (u1 - u0));
+      rows(p, x, packed, bias, y, relu, n, r0, r1);
+      u0 += r1 - r0;
+    }
+  });
+#else
+  (void)p, (void)x, (void)packed, (void)bias, (void)y, (void)relu;
+  std::abort();  // supports() is false without AVX2
+#endif
+}
+
+}  // namespace kiln::cpu::direct_conv

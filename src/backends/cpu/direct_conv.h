@@ -1,0 +1,57 @@
+#pragma once
+// A direct f32 NHWC convolution for the shapes of typical CNN layers: stride 1,
+// no dilation, one group, output channels a multiple of 16 and at least 8 input
+// channels. It replaces oneDNN 2.6's jit:avx2 kernel for those shapes (forward,
+// and backward data, which is the same convolution with the filter flipped and
+// transposed): that kernel runs at 65-75% of the FMA peak on AVX2; this one
+// is 1.2-1.3x faster on the cnn's 3x3 32->64 layer at batch 64 and 1.4-1.8x at
+// batch 1 (docs/benchmarks.md, "Direct convolution").
+//
+// How: each thread copies the input rows it needs into a zero-padded buffer (so
+// the inner loop has no bounds checks), then computes tiles of up to 6 output
+// pixels x 16 output channels in 12 AVX registers, for every (kh, kw, input
+// channel) one 16-channel filter row load and one broadcast per pixel. The
+// filter is packed as [o/16][kh][kw][c][16]. Work is split over (image, output
+// row) pairs on kiln's pool.
+//
+// KILN_DIRECT_CONV=0 turns it off (oneDNN then runs every convolution), read
+// per call. Compiled only with AVX2 and FMA (the default x86-64-v3 build);
+// otherwise supports() is false.
+#include <cstddef>
+#include <cstdint>
+
+namespace kiln::cpu::direct_conv {
+
+struct Problem {
+  int64_t n = 0, h = 0, w = 0, c = 0;      // input, NHWC
+  int64_t o = 0;                           // output channels
+  int64_t kh = 1, kw = 1;                  // filter size
+  int64_t pt = 0, pb = 0, pl = 0, pr = 0;  // zero padding
+  int64_t oh() const { return h + pt + pb - kh + 1; }
+  int64_t ow() const { return w + pl + pr - kw + 1; }
+};
+
+// Whether run() handles `p` (and the kernel is compiled in and not turned off).
+bool supports(const Problem& p);
+
+// Floats of a packed filter for `p`.
+size_t packed_size(const Problem& p);
+
+// HWIO filter [kh, kw, c, o] -> the kernel's layout.
+void pack_filter(const Problem& p, const float* hwio, float* packed);
+
+// The input gradient of `fwd` as a forward problem over dy [n, oh, ow, o]
+// giving dx [n, h, w, c]; its filter comes from the forward HWIO filter by
+// pack_filter_backward. Check supports() on the returned problem.
+Problem backward_data_problem(const Problem& fwd);
+void pack_filter_backward(const Problem& fwd, const float* hwio, float* packed);
+
+// The filter gradient: dw [kh, kw, c, o] (HWIO) of conv(x, w) given dy [n, oh, ow, o].
+// Any c >= 1 (the first layer's c = 1 too); o a multiple of 16.
+bool supports_backward_filter(const Problem& p);
+void backward_filter(const Problem& p, const float* x, const float* dy, float* dw);
+
+// y[n, oh, ow, o] = relu?(conv(x, filter) + bias); bias may be null.
+void run(const Problem& p, const float* x, const float* packed, const float* bias, float* y, bool relu);
+
+}  // namespace kiln::cpu::direct_conv

@@ -1,0 +1,173 @@
+// The direct NHWC convolution (src/backends/cpu/direct_conv.h) against f64
+// direct loops: the kernel itself over every tile width, filter sizes 1-5,
+// asymmetric padding, channel counts that are not multiples of 8, bias and
+// ReLU; the backward-data problem (flipped, transposed filter); and the conv2d
+// ops with the kernel on and off (KILN_DIRECT_CONV), which must agree.
+#include "backends/cpu/direct_conv.h"
+
+#include <cstdlib>
+
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/nn.h"
+#include "test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+using cpu::direct_conv::Problem;
+namespace dc = cpu::direct_conv;
+
+Problem problem(int64_t n, int64_t h, int64_t w, int64_t c, int64_t o, int64_t kh, int64_t kw,
+                std::vector<int64_t> pads) {
+  Problem p;
+  p.n = n, p.h = h, p.w = w, p.c = c, p.o = o, p.kh = kh, p.kw = kw;
+  p.pt = pads[0], p.pb = pads[1], p.pl = pads[2], p.pr = pads[3];
+  return p;
+}
+
+ops::Conv2dOptions options(const Problem& p) {
+  ops::Conv2dOptions o;
+  o.padding = ops::Padding::explicit_pads({p.pt, p.pb, p.pl, p.pr});
+  return o;
+}
+
+std::vector<Problem> problems() {
+  std::vector<Problem> ps = {
+      problem(2, 14, 14, 32, 64, 3, 3, {1, 1, 1, 1}),  // the cnn's second layer
+      problem(3, 5, 7, 17, 32, 3, 3, {1, 1, 1, 1}),    // c not a multiple of 8
+      problem(1, 6, 9, 8, 16, 1, 1, {0, 0, 0, 0}),     // 1x1
+      problem(2, 9, 11, 12, 48, 5, 5, {2, 2, 2, 2}),   // 5x5
+      problem(1, 7, 8, 9, 16, 2, 3, {0, 1, 2, 0}),     // even kh, asymmetric pads
+      problem(1, 6, 6, 16, 16, 3, 3, {0, 0, 0, 0}),    // valid (no padding)
+      problem(2, 4, 30, 8, 32, 3, 1, {1, 1, 0, 0}),    // a wide row: many tiles
+  };
+  for (int64_t w = 1; w <= 13; ++w) ps.push_back(problem(1, 3, w, 8, 16, 3, 3, {1, 1, 1, 1}));  // widths 1..13
+  return ps;
+}
+
+std::string name(const Problem& p) {
+  return "n" + std::to_string(p.n) + " h" + std::to_string(p.h) + " w" + std::to_string(p.w) + " c" +
+         std::to_string(p.c) + " o" + std::to_string(p.o) + " k" + std::to_string(p.kh) + "x" + std::to_string(p.kw);
+}
+
+TEST(DirectConv, KernelMatchesF64Loops) {
+  for (const Problem& p : problems()) {
+    SCOPED_TRACE(name(p));
+    ASSERT_TRUE(dc::supports(p)) << "the kernel must handle this shape (built without AVX2?)";
+    const Tensor x = rand_tensor({p.n, p.h, p.w, p.c}, DType::kF64, -1, 1, 1);
+    const Tensor w = rand_tensor({p.kh, p.kw, p.c, p.o}, DType::kF64, -1, 1, 2);
+    const Tensor b = rand_tensor({p.o}, DType::kF64, -1, 1, 3);
+    const Tensor x32 = x.to(DType::kF32), w32 = w.to(DType::kF32), b32 = b.to(DType::kF32);
+    std::vector<float> packed(dc::packed_size(p));
+    dc::pack_filter(p, w32.data<float>(), packed.data());
+    for (const bool relu : {false, true}) {
+      for (const bool bias : {false, true}) {
+        SCOPED_TRACE(std::string(relu ? "relu" : "linear") + (bias ? " bias" : ""));
+        Tensor ref = bias ? ops::conv2d(x, w, options(p), b) : ops::conv2d(x, w, options(p));
+        if (relu) ref = ops::relu(ref);
+        ASSERT_EQ(ref.shape(), Shape({p.n, p.oh(), p.ow(), p.o}));
+        Tensor y = Tensor::zeros(ref.shape(), DType::kF32);
+        dc::run(p, x32.data<float>(), packed.data(), bias ? b32.data<float>() : nullptr, y.data<float>(), relu);
+        EXPECT_CLOSE(y, ref, 1e-4, 1e-4);
+      }
+    }
+  }
+}
+
+TEST(DirectConv, BackwardDataProblemMatchesF64Loops) {
+  for (Problem p : problems()) {
+    std::swap(p.c, p.o);  // the backward problem's output channels (p.c) must be
+                          // a multiple of 16
+    if (p.c % 16 != 0 || p.o < 8) continue;
+    SCOPED_TRACE(name(p));
+    const Problem bp = dc::backward_data_problem(p);
+    ASSERT_TRUE(dc::supports(bp));
+    EXPECT_EQ(bp.oh(), p.h);
+    EXPECT_EQ(bp.ow(), p.w);
+    const Tensor w = rand_tensor({p.kh, p.kw, p.c, p.o}, DType::kF64, -1, 1, 4);
+    const Tensor dy = rand_tensor({p.n, p.oh(), p.ow(), p.o}, DType::kF64, -1, 1, 5);
+    const Tensor ref = ops::conv2d_backward_data(dy, w, {p.n, p.h, p.w, p.c}, options(p));
+    const Tensor w32 = w.to(DType::kF32), dy32 = dy.to(DType::kF32);
+    std::vector<float> packed(dc::packed_size(p));
+    dc::pack_filter_backward(p, w32.data<float>(), packed.data());
+    Tensor dx = Tensor::zeros(ref.shape(), DType::kF32);
+    dc::run(bp, dy32.data<float>(), packed.data(), nullptr, dx.data<float>(), false);
+    EXPECT_CLOSE(dx, ref, 1e-4, 1e-4);
+  }
+}
+
+TEST(DirectConv, FilterGradientMatchesF64Loops) {
+  std::vector<Problem> ps = problems();
+  ps.push_back(problem(3, 28, 28, 1, 32, 3, 3, {1, 1, 1, 1}));  // the cnn's first layer: c = 1
+  ps.push_back(problem(2, 6, 5, 3, 16, 2, 2, {1, 0, 0, 1}));    // c = 3, even filter, asymmetric pads
+  for (const Problem& p : ps) {
+    SCOPED_TRACE(name(p));
+    ASSERT_TRUE(dc::supports_backward_filter(p));
+    const Tensor x = rand_tensor({p.n, p.h, p.w, p.c}, DType::kF64, -1, 1, 10);
+    const Tensor dy = rand_tensor({p.n, p.oh(), p.ow(), p.o}, DType::kF64, -1, 1, 11);
+    const Tensor ref = ops::conv2d_backward_filter(x, dy, {p.kh, p.kw, p.c, p.o}, options(p));
+    const Tensor x32 = x.to(DType::kF32), dy32 = dy.to(DType::kF32);
+    Tensor dw = Tensor::zeros(ref.shape(), DType::kF32);
+    dc::backward_filter(p, x32.data<float>(), dy32.data<float>(), dw.data<float>());
+    EXPECT_CLOSE(dw, ref, 1e-4, 1e-3);  // sums of up to 2 * 28 * 28 products
+  }
+}
+
+TEST(DirectConv, ShapesItDoesNotHandle) {
+  Problem p = problem(1, 8, 8, 16, 16, 3, 3, {1, 1, 1, 1});
+  EXPECT_TRUE(dc::supports(p));
+  Problem q = p;
+  q.o = 24;  // not a multiple of 16
+  EXPECT_FALSE(dc::supports(q));
+  q = p;
+  q.c = 4;  // too few input channels to pay
+  EXPECT_FALSE(dc::supports(q));
+  q = p;
+  q.pt = -1;  // a backward problem whose forward padding exceeds the filter
+  EXPECT_FALSE(dc::supports(q));
+  q = p;
+  q.kh = 12;  // filter taller than the padded input
+  EXPECT_FALSE(dc::supports(q));
+  EXPECT_FALSE(dc::supports_backward_filter(q));
+  q = p;
+  q.c = 1;  // the filter gradient takes any input channel count
+  EXPECT_TRUE(dc::supports_backward_filter(q));
+  q.o = 8;
+  EXPECT_FALSE(dc::supports_backward_filter(q));
+}
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+TEST(DirectConv, Conv2dOpsAgreeWithAndWithoutIt) {
+  for (const Problem& p : problems()) {
+    SCOPED_TRACE(name(p));
+    const Tensor x = rand_tensor({p.n, p.h, p.w, p.c}, DType::kF32, -1, 1, 6);
+    const Tensor w = rand_tensor({p.kh, p.kw, p.c, p.o}, DType::kF32, -1, 1, 7);
+    const Tensor b = rand_tensor({p.o}, DType::kF32, -1, 1, 8);
+    const Tensor y = ops::conv2d(x, w, options(p), b);
+    const Tensor dy = rand_tensor(y.shape(), DType::kF32, -1, 1, 9);
+    const Tensor dx = ops::conv2d_backward_data(dy, w, x.shape(), options(p));
+    const Tensor dw = ops::conv2d_backward_filter(x, dy, w.shape(), options(p));
+    ScopedEnv off("KILN_DIRECT_CONV", "0");
+    ASSERT_FALSE(dc::supports(p));
+    EXPECT_CLOSE(y, ops::conv2d(x, w, options(p), b), 1e-4, 1e-4);
+    EXPECT_CLOSE(dx, ops::conv2d_backward_data(dy, w, x.shape(), options(p)), 1e-4, 1e-4);
+    EXPECT_CLOSE(dw, ops::conv2d_backward_filter(x, dy, w.shape(), options(p)), 1e-4, 1e-3);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing
