@@ -1,12 +1,16 @@
 // Op-library benchmarks against peers in the same process:
 //   matmul f32/bf16 vs oneDNN called directly;
 //   elementwise add/mul/exp on 64 MiB f32 vs STREAM-style loops (copy and the same op);
-//   eager dispatch overhead of a tiny add.
+//   eager dispatch overhead of a tiny add;
+//   the cnn's 3x3 32->64 NHWC convolution (14x14, batch 1/64/128), forward, backward
+//   data and backward filter: kiln (its direct kernel; KILN_DIRECT_CONV=0 for oneDNN)
+//   vs oneDNN's primitives called directly (filters pre-reordered to its layout).
 // Run: build/release/bin/bench_ops --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
 #include <cmath>
+#include <unordered_map>
 #include <vector>
 
 #include "backends/cpu/vecmath.h"
@@ -64,6 +68,101 @@ BENCHMARK(BM_matmul_f32_kiln)->Name("matmul_f32/kiln")->Arg(256)->Arg(512)->Arg(
 BENCHMARK(BM_matmul_f32_peer)->Name("matmul_f32/peer")->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_matmul_bf16_kiln)->Name("matmul_bf16/kiln")->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_matmul_bf16_peer)->Name("matmul_bf16/peer")->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// ---- conv2d: the cnn's second layer -------------------------------------------------
+
+constexpr int64_t kConvH = 14, kConvC = 32, kConvO = 64;
+
+ops::Conv2dOptions same_conv() {
+  ops::Conv2dOptions o;
+  o.padding = "same";
+  return o;
+}
+
+void conv_counters(benchmark::State& st, int64_t n) {
+  st.counters["GFLOPs"] = benchmark::Counter(2.0 * n * kConvH * kConvH * kConvO * kConvC * 9,
+                                             benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+// pass: 0 forward, 1 backward data, 2 backward filter.
+void conv_kiln(benchmark::State& st, int pass) {
+  const int64_t n = st.range(0);
+  Tensor x = ops::random_uniform({n, kConvH, kConvH, kConvC}, -1, 1, DType::kF32, 1);
+  Tensor w = ops::random_uniform({3, 3, kConvC, kConvO}, -1, 1, DType::kF32, 2);
+  Tensor dy = ops::random_uniform({n, kConvH, kConvH, kConvO}, -1, 1, DType::kF32, 3);
+  for (auto _ : st) {
+    Tensor r = pass == 0   ? ops::conv2d(x, w, same_conv())
+               : pass == 1 ? ops::conv2d_backward_data(dy, w, x.shape(), same_conv())
+                           : ops::conv2d_backward_filter(x, dy, w.shape(), same_conv());
+    benchmark::DoNotOptimize(r.raw_data());
+  }
+  conv_counters(st, n);
+}
+
+void conv_onednn(benchmark::State& st, int pass) {
+  using namespace dnnl;
+  const int64_t n = st.range(0);
+  engine eng(engine::kind::cpu, 0);
+  stream s(eng);
+  const auto f32 = memory::data_type::f32;
+  memory::desc src({n, kConvC, kConvH, kConvH}, f32, memory::format_tag::nhwc);
+  memory::desc dst({n, kConvO, kConvH, kConvH}, f32, memory::format_tag::nhwc);
+  memory::desc wany({kConvO, kConvC, 3, 3}, f32, memory::format_tag::any);
+  const memory::dims one{1, 1}, none{0, 0};
+  convolution_forward::desc fd(prop_kind::forward_training, algorithm::convolution_direct, src, wany, dst, one, none,
+                               one, one);
+  convolution_forward::primitive_desc fpd(fd, eng);
+  memory xs(src, eng), ys(dst, eng), ws(fpd.weights_desc(), eng);
+  for (memory* m : {&xs, &ys, &ws}) {
+    float* p = static_cast<float*>(m->get_data_handle());
+    for (size_t i = 0; i < m->get_desc().get_size() / sizeof(float); ++i) p[i] = std::sin(static_cast<float>(i));
+  }
+  primitive prim;
+  std::unordered_map<int, memory> args;
+  if (pass == 0) {
+    prim = convolution_forward(fpd);
+    args = {{DNNL_ARG_SRC, xs}, {DNNL_ARG_WEIGHTS, ws}, {DNNL_ARG_DST, ys}};
+    st.SetLabel(fpd.impl_info_str());
+  } else if (pass == 1) {
+    convolution_backward_data::primitive_desc pd(
+        convolution_backward_data::desc(algorithm::convolution_direct, src, wany, dst, one, none, one, one), eng, fpd);
+    memory wd(pd.weights_desc(), eng), dx(src, eng);
+    reorder(ws, wd).execute(s, ws, wd);
+    prim = convolution_backward_data(pd);
+    args = {{DNNL_ARG_DIFF_DST, ys}, {DNNL_ARG_WEIGHTS, wd}, {DNNL_ARG_DIFF_SRC, dx}};
+    st.SetLabel(pd.impl_info_str());
+  } else {
+    convolution_backward_weights::primitive_desc pd(
+        convolution_backward_weights::desc(algorithm::convolution_direct, src, wany, dst, one, none, one, one), eng,
+        fpd);
+    memory dw(pd.diff_weights_desc(), eng);
+    prim = convolution_backward_weights(pd);
+    args = {{DNNL_ARG_SRC, xs}, {DNNL_ARG_DIFF_DST, ys}, {DNNL_ARG_DIFF_WEIGHTS, dw}};
+    st.SetLabel(pd.impl_info_str());
+  }
+  s.wait();
+  for (auto _ : st) {
+    prim.execute(s, args);
+    s.wait();
+  }
+  conv_counters(st, n);
+}
+
+void BM_conv_fwd_kiln(benchmark::State& st) { conv_kiln(st, 0); }
+void BM_conv_fwd_peer(benchmark::State& st) { conv_onednn(st, 0); }
+void BM_conv_bwd_data_kiln(benchmark::State& st) { conv_kiln(st, 1); }
+void BM_conv_bwd_data_peer(benchmark::State& st) { conv_onednn(st, 1); }
+void BM_conv_bwd_filter_kiln(benchmark::State& st) { conv_kiln(st, 2); }
+void BM_conv_bwd_filter_peer(benchmark::State& st) { conv_onednn(st, 2); }
+#define KILN_CONV_BENCH(fn, name) \
+  BENCHMARK(fn)->Name(name)->Arg(1)->Arg(64)->Arg(128)->Unit(benchmark::kMicrosecond)->UseRealTime()
+KILN_CONV_BENCH(BM_conv_fwd_kiln, "conv3x3_32to64_fwd/kiln");
+KILN_CONV_BENCH(BM_conv_fwd_peer, "conv3x3_32to64_fwd/peer");
+KILN_CONV_BENCH(BM_conv_bwd_data_kiln, "conv3x3_32to64_bwd_data/kiln");
+KILN_CONV_BENCH(BM_conv_bwd_data_peer, "conv3x3_32to64_bwd_data/peer");
+KILN_CONV_BENCH(BM_conv_bwd_filter_kiln, "conv3x3_32to64_bwd_filter/kiln");
+KILN_CONV_BENCH(BM_conv_bwd_filter_peer, "conv3x3_32to64_bwd_filter/peer");
+#undef KILN_CONV_BENCH
 
 // ---- elementwise on 64 MiB ---------------------------------------------------------
 

@@ -73,6 +73,17 @@ using TileFn = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, const 
                         bool);
 constexpr TileFn kTiles[kMaxTile + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
 
+// Calls fn(n, r0, r1) for the (image n, output row r) pairs u = n * oh + r in [u0, u1),
+// one call per image.
+template <typename F>
+void by_image(int64_t u0, int64_t u1, int64_t oh, F&& fn) {
+  while (u0 < u1) {
+    const int64_t n = u0 / oh, r0 = u0 % oh, r1 = std::min(oh, r0 + (u1 - u0));
+    fn(n, r0, r1);
+    u0 += r1 - r0;
+  }
+}
+
 // Output rows per block: the block's padded input rows take at most kPadBytes.
 int64_t block_rows(const Problem& p) {
   const int64_t row = (p.w + p.pl + p.pr) * p.c;
@@ -137,7 +148,8 @@ void grad_tile(const float* xpad, const int64_t* off, int64_t row, int64_t c, in
     a##r##1 = _mm256_loadu_ps(dw + r * o + 8); \
   }
   KILN_LOAD(0)
-  KILN_LOAD(1) KILN_LOAD(2) KILN_LOAD(3) KILN_LOAD(4) KILN_LOAD(5)
+  KILN_LOAD(1)
+  KILN_LOAD(2) KILN_LOAD(3) KILN_LOAD(4) KILN_LOAD(5)
 #undef KILN_LOAD
       for (int64_t i = 0; i < rows; ++i) {
     const float* xr = xpad + i * row;
@@ -170,12 +182,13 @@ using GradTileFn = void (*)(const float*, const int64_t*, int64_t, int64_t, int6
 constexpr GradTileFn kGradTiles[kMaxTile + 1] = {nullptr,      grad_tile<1>, grad_tile<2>, grad_tile<3>,
                                                  grad_tile<4>, grad_tile<5>, grad_tile<6>};
 
-// Adds image n's filter gradient to dw (HWIO, [kh*kw*c][o]).
-void grad_image(const Problem& p, const float* x, const float* dy, int64_t n, const int64_t* off, float* dw) {
+// Adds the filter gradient of output rows [r0, r1) of image n to dw (HWIO, [kh*kw*c][o]).
+void grad_rows(const Problem& p, const float* x, const float* dy, int64_t n, int64_t r0, int64_t r1, const int64_t* off,
+               float* dw) {
   const int64_t oh = p.oh(), ow = p.ow(), row = (p.w + p.pl + p.pr) * p.c, block = block_rows(p);
   const int64_t m = p.kh * p.kw * p.c;
-  for (int64_t b0 = 0; b0 < oh; b0 += block) {
-    const int64_t b1 = std::min(oh, b0 + block);
+  for (int64_t b0 = r0; b0 < r1; b0 += block) {
+    const int64_t b1 = std::min(r1, b0 + block);
     const float* buf = pad_rows(p, x, n, b0, b1 - b0 + p.kh - 1);
     const float* dyb = dy + (n * oh + b0) * ow * p.o;
     for (int64_t cb = 0; cb < p.o / kBlock; ++cb)
@@ -260,9 +273,10 @@ void backward_filter(const Problem& p, const float* x, const float* dy, float* d
   for (int64_t i = 0; i < p.kh; ++i)
     for (int64_t j = 0; j < p.kw; ++j)
       for (int64_t k = 0; k < p.c; ++k) off[size_t((i * p.kw + j) * p.c + k)] = (i * (p.w + p.pl + p.pr) + j) * p.c + k;
-  // Images split over the pool; each part sums into its own copy of dw, added up at the end.
-  const int64_t macs = p.n * p.oh() * p.ow() * m * p.o;
-  const int64_t parts = onednn::runs_serial(macs) ? 1 : std::min<int64_t>(num_threads(), p.n);
+  // (image, output row) pairs split over the pool; each part sums into its own copy of dw,
+  // added up at the end.
+  const int64_t oh = p.oh(), units = p.n * oh, macs = units * p.ow() * m * p.o;
+  const int64_t parts = onednn::runs_serial(macs) ? 1 : std::min<int64_t>(num_threads(), units);
   thread_local std::vector<float> partial;
   partial.assign(size_t((parts - 1) * wsize), 0.0f);
   std::memset(dw, 0, sizeof(float) * size_t(wsize));
@@ -272,7 +286,8 @@ void backward_filter(const Problem& p, const float* x, const float* dy, float* d
   parallel_for(parts, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       float* acc = t == 0 ? dw : sums + (t - 1) * wsize;
-      for (int64_t n = p.n * t / parts; n < p.n * (t + 1) / parts; ++n) grad_image(p, x, dy, n, offsets, acc);
+      by_image(units * t / parts, units * (t + 1) / parts, oh,
+               [&](int64_t n, int64_t r0, int64_t r1) { grad_rows(p, x, dy, n, r0, r1, offsets, acc); });
     }
   });
   for (int64_t t = 1; t < parts; ++t) {
@@ -297,11 +312,7 @@ void run(const Problem& p, const float* x, const float* packed, const float* bia
   // Contiguous (image, output row) ranges per thread; small problems stay on
   // this thread.
   parallel_for(units, onednn::runs_serial(macs) ? units : 1, [&](int64_t u0, int64_t u1) {
-    while (u0 < u1) {
-      const int64_t n = u0 / oh, r0 = u0 % oh, r1 = std::min(oh, r0 + (u1 - u0));
-      rows(p, x, packed, bias, y, relu, n, r0, r1);
-      u0 += r1 - r0;
-    }
+    by_image(u0, u1, oh, [&](int64_t n, int64_t r0, int64_t r1) { rows(p, x, packed, bias, y, relu, n, r0, r1); });
   });
 #else
   (void)p, (void)x, (void)packed, (void)bias, (void)y, (void)relu;
