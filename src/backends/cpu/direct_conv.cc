@@ -200,17 +200,21 @@ void grad_rows(const Problem& p, const float* x, const float* dy, int64_t n, int
 }
 #endif
 
-}  // namespace
-
-bool supports(const Problem& p) {
+// What both kernels need: compiled in, not turned off, a non-empty problem, o a
+// multiple of 16 and no negative padding.
+bool handles(const Problem& p) {
 #ifdef KILN_DIRECT_CONV_AVX2
-  return p.n > 0 && p.o > 0 && p.o % kBlock == 0 && p.c >= 8 && p.kh >= 1 && p.kw >= 1 && p.pt >= 0 && p.pb >= 0 &&
+  return p.n > 0 && p.c > 0 && p.o > 0 && p.o % kBlock == 0 && p.kh >= 1 && p.kw >= 1 && p.pt >= 0 && p.pb >= 0 &&
          p.pl >= 0 && p.pr >= 0 && p.oh() >= 1 && p.ow() >= 1 && enabled();
 #else
   (void)p;
   return false;
 #endif
 }
+
+}  // namespace
+
+bool supports(const Problem& p) { return p.c >= 8 && handles(p); }
 
 size_t packed_size(const Problem& p) { return size_t(p.kh * p.kw * p.c * p.o); }
 
@@ -254,15 +258,7 @@ void pack_filter_backward(const Problem& f, const float* hwio, float* packed) {
         }
 }
 
-bool supports_backward_filter(const Problem& p) {
-#ifdef KILN_DIRECT_CONV_AVX2
-  return p.n > 0 && p.c > 0 && p.o > 0 && p.o % kBlock == 0 && p.kh >= 1 && p.kw >= 1 && p.pt >= 0 && p.pb >= 0 &&
-         p.pl >= 0 && p.pr >= 0 && p.oh() >= 1 && p.ow() >= 1 && enabled();
-#else
-  (void)p;
-  return false;
-#endif
-}
+bool supports_backward_filter(const Problem& p) { return handles(p); }
 
 void backward_filter(const Problem& p, const float* x, const float* dy, float* dw) {
 #ifdef KILN_DIRECT_CONV_AVX2
