@@ -219,6 +219,20 @@ TEST(MaxPoolBackward, NanWindowGoesToFirstNan) {
   EXPECT_EQ(dx.to_vector<double>(), (std::vector<double>{0, 2, 0, 0}));
 }
 
+// The same for f32 NHWC with 8 channels (the vectorised 2x2 stride-2 kernel): every
+// channel's window gets NaNs at other positions; equal to the f64 loop's routing.
+TEST(MaxPoolBackward, NanWindowsInTheVectorisedKernelMatchTheLoop) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor x = rand_tensor({2, 4, 6, 8}, DType::kF64, -1, 1, 41);
+  std::vector<double> v = x.to_vector<double>();
+  for (size_t i = 0; i < v.size(); i += 7) v[i] = nan;  // 1-2 NaNs in some windows, none in others
+  x = Tensor::from_vector<double>(v, x.shape());
+  Tensor dy = rand_tensor({2, 2, 3, 8}, DType::kF64, -1, 1, 42);
+  Tensor want = ops::max_pool2d_backward(x, dy, {2, 2}, {2, 2});
+  Tensor got = ops::max_pool2d_backward(x.to(DType::kF32), dy.to(DType::kF32), {2, 2}, {2, 2});
+  EXPECT_CLOSE(got.to(DType::kF64), want, 1e-6, 1e-6);
+}
+
 TEST(PoolBackwardErrors, ShapesAndDtypes) {
   Tensor x = ops::zeros({1, 4, 4, 2}, DType::kF32);
   EXPECT_KILN_ERROR(ops::max_pool2d_backward(x, ops::zeros({1, 3, 3, 2}, DType::kF32), {2, 2}, {2, 2}),

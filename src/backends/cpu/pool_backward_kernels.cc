@@ -22,6 +22,10 @@
 #include "loops.h"
 #include "nn_kernel_util.h"
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 namespace kiln::cpu {
 namespace {
 
@@ -111,6 +115,64 @@ void max_pool_backward_nhwc(const Pool2dGeometry& g, const T* x, const T* dy, T*
     }
   });
 }
+
+#if defined(__AVX2__)
+// The common case of a CNN, 2x2 windows at stride 2 tiling an f32 NHWC input with
+// channels in multiples of 8, as one streaming pass: per output cell and 8 channels,
+// four x loads, the first maximum (strictly greater, or the first NaN: as above), and
+// dy written to its cell and zeros to the other three (masked by x > 0 with relu).
+// 3.7 -> 1.7 ms on the cnn's [128, 28, 28, 32] (docs/benchmarks.md).
+bool max_pool_backward_2x2(const Pool2dGeometry& g, const float* x, const float* dy, float* dx, bool relu) {
+  const auto& v = g.win;
+  if (v.kh != 2 || v.kw != 2 || v.sh != 2 || v.sw != 2 || v.pt != 0 || v.pl != 0 || g.h != 2 * v.oh ||
+      g.w != 2 * v.ow || g.c % 8 != 0)
+    return false;
+  const int64_t C = g.c, W = g.w, OW = v.ow;
+  parallel_for(g.n * v.oh, std::max<int64_t>(1, 16384 / std::max<int64_t>(OW * C, 1)), [&](int64_t lo, int64_t hi) {
+    const __m256 zero = _mm256_setzero_ps(), ones = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    for (int64_t r = lo; r < hi; ++r) {  // r = n * oh + output row
+      const int64_t n = r / v.oh, oh = r % v.oh;
+      const float* x0 = x + ((n * g.h + 2 * oh) * W) * C;
+      const float* x1 = x0 + W * C;
+      float* d0 = dx + ((n * g.h + 2 * oh) * W) * C;
+      float* d1 = d0 + W * C;
+      const float* dyr = dy + r * OW * C;
+      for (int64_t ow = 0; ow < OW; ++ow)
+        for (int64_t c = 0; c < C; c += 8) {
+          const int64_t a = 2 * ow * C + c, b = a + C;
+          const __m256 e0 = _mm256_loadu_ps(x0 + a), e1 = _mm256_loadu_ps(x0 + b);
+          const __m256 e2 = _mm256_loadu_ps(x1 + a), e3 = _mm256_loadu_ps(x1 + b);
+          // take_k: cell k replaces the running maximum (greater, or NaN over a number).
+          auto take = [](__m256 e, __m256 best) {
+            const __m256 nan_over_number =
+                _mm256_and_ps(_mm256_cmp_ps(e, e, _CMP_UNORD_Q), _mm256_cmp_ps(best, best, _CMP_ORD_Q));
+            return _mm256_or_ps(_mm256_cmp_ps(e, best, _CMP_GT_OQ), nan_over_number);
+          };
+          __m256 best = e0;
+          const __m256 t1 = take(e1, best);
+          best = _mm256_blendv_ps(best, e1, t1);
+          const __m256 t2 = take(e2, best);
+          best = _mm256_blendv_ps(best, e2, t2);
+          const __m256 t3 = take(e3, best);
+          // Cell k wins when it was taken and no later cell was.
+          const __m256 s3 = t3, s2 = _mm256_andnot_ps(t3, t2);
+          const __m256 s1 = _mm256_andnot_ps(_mm256_or_ps(t2, t3), t1);
+          const __m256 s0 = _mm256_andnot_ps(_mm256_or_ps(_mm256_or_ps(t1, t2), t3), ones);
+          const __m256 grad = _mm256_loadu_ps(dyr + ow * C + c);
+          auto put = [&](float* o, __m256 sel, __m256 e) {
+            if (relu) sel = _mm256_and_ps(sel, _mm256_cmp_ps(e, zero, _CMP_GT_OQ));
+            _mm256_storeu_ps(o, _mm256_and_ps(sel, grad));
+          };
+          put(d0 + a, s0, e0);
+          put(d0 + b, s1, e1);
+          put(d1 + a, s2, e2);
+          put(d1 + b, s3, e3);
+        }
+    }
+  });
+  return true;
+}
+#endif
 
 // NCHW: one (n, c) plane per task (contiguous), dx zeroed then accumulated.
 //
@@ -271,11 +333,16 @@ void max_pool2d_backward(OpContext& ctx) {
   const T* x = static_cast<const T*>(ctx.in[0].raw_data());
   const T* dy = static_cast<const T*>(ctx.in[1].raw_data());
   T* dx = static_cast<T*>(ctx.out[0].raw_data());
+  const bool relu = ctx.attrs.get_bool("relu", false);
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>)
+    if (!g.nchw && max_pool_backward_2x2(g, x, dy, dx, relu)) return;
+#endif
   if (g.nchw)
     max_pool_backward_nchw<T>(g, x, dy, dx);
   else
-    max_pool_backward_nhwc<T>(g, x, dy, dx, ctx.attrs.get_bool("relu", false));
-  if (g.nchw && ctx.attrs.get_bool("relu", false)) {  // NHWC masks inside its tasks
+    max_pool_backward_nhwc<T>(g, x, dy, dx, relu);
+  if (g.nchw && relu) {  // NHWC masks inside its tasks
     parallel_for(ctx.out[0].numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
       for (int64_t i = lo; i < hi; ++i) dx[i] = x[i] > T(0) ? dx[i] : T(0);
