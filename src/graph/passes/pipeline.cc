@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kiln/graph/auto_mixed_precision.h"
 #include "kiln/graph/passes.h"
 
 namespace kiln::graph {
@@ -20,6 +21,9 @@ const std::vector<Pass>& passes() {
       {"algebraic_simplification", 1, simplify_algebra},
       {"common_subexpression_elimination", 1, eliminate_common_subexpressions},
       {"conv_batch_norm_folding", 2, fold_conv_batch_norm},
+      // Only with KILN_AUTO_MIXED_PRECISION set (kiln/graph/auto_mixed_precision.h);
+      // before the fusions, whose fused kernels are f32.
+      {"auto_mixed_precision", 2, auto_mixed_precision_from_env},
       {"matmul_bias_activation_fusion", 2, fuse_matmul_bias_activation},
       {"pool_backward_relu_fusion", 2, fuse_pool_backward_relu},
       {"elementwise_fusion", 2, fuse_elementwise},
