@@ -6,6 +6,7 @@
 #include <cstring>
 #include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <thread>
 
 namespace kiln {
@@ -40,6 +41,33 @@ void parallel_memcpy(void* dst, const void* src, int64_t nbytes) {
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);
   parallel_for(nbytes, int64_t{256} << 10, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, e - b); });
+}
+
+void parallel_invoke(const std::function<void()>& a, const std::function<void()>& b) {
+  if (num_threads() < 2 || detail::in_parallel_region()) {
+    a();
+    b();
+    return;
+  }
+  std::exception_ptr err[2];
+  auto guarded = [&](int k) {
+    try {
+      (k == 0 ? a : b)();
+    } catch (...) {
+      err[k] = std::current_exception();
+    }
+  };
+#pragma omp parallel num_threads(2)
+  {
+    if (omp_get_num_threads() == 1) {  // the runtime gave one thread: run both here
+      guarded(0);
+      guarded(1);
+    } else if (omp_get_thread_num() < 2) {
+      guarded(omp_get_thread_num());
+    }
+  }
+  for (const std::exception_ptr& e : err)
+    if (e) std::rethrow_exception(e);
 }
 
 namespace detail {

@@ -1,12 +1,17 @@
 #include "kiln/graph/executor.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <list>
 #include <optional>
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/error.h"
 #include "kiln/core/kernel_cache.h"
+#include "kiln/core/parallel.h"
 #include "kiln/graph/profiler.h"
 
 namespace kiln::graph {
@@ -76,6 +81,64 @@ bool is_view_op(const OpDef* op) { return op && op->name == "reshape"; }
 
 using NodeCaches = std::vector<std::unique_ptr<KernelCache>>;  // per node (null: no kernel)
 
+// Execution order: one stage per node in graph order, except that two independent heavy
+// nodes (matmuls and convolutions, within kPairWindow nodes of each other, of similar
+// work) share a stage and run at once, each on one thread (kiln::parallel_invoke). The
+// later node joins the earlier one only when every op it reads runs before it.
+// It pays only where kernels scale poorly over the pool; on the 2-core development VM
+// they scale ~1.8x and pairs gained nothing (docs/benchmarks.md), so it is off unless
+// KILN_PARALLEL_BRANCHES=1. Stage = {node, partner or -1}.
+using Stage = std::array<int, 2>;
+constexpr size_t kPairWindow = 16;
+constexpr double kMinPairWork = 1e6;  // ~ multiply-adds: smaller kernels finish before the pair pays
+constexpr double kPairBalance = 0.6;  // the lighter node has at least this share of the heavier's work
+
+bool parallel_branches_enabled() {
+  const char* env = std::getenv("KILN_PARALLEL_BRANCHES");
+  return env && env[0] == '1' && num_threads() >= 2;
+}
+
+std::vector<Stage> schedule(const Graph& g, const std::function<const TensorMeta&(ValueRef)>& meta, bool pairs) {
+  const size_t n = g.nodes.size();
+  // Work of a heavy node: sqrt(|a| |b| |out|), M*K*N for a matmul (the same order for a
+  // convolution and its gradients); 0 for everything else.
+  std::vector<double> work(n, 0.0);
+  static const std::array<const char*, 6> kHeavy = {"matmul", "fused_matmul", "conv2d", "fused_conv2d",
+                                                    "conv2d_backward_data", "conv2d_backward_filter"};
+  for (size_t i = 0; pairs && i < n; ++i) {
+    const Node& nd = g.nodes[i];
+    if (nd.kind != NodeKind::kOp || nd.inputs.size() < 2) continue;
+    if (std::find(kHeavy.begin(), kHeavy.end(), nd.op->name) == kHeavy.end()) continue;
+    work[i] = std::sqrt(static_cast<double>(meta(nd.inputs[0]).shape.numel()) *
+                        static_cast<double>(meta(nd.inputs[1]).shape.numel()) *
+                        static_cast<double>(nd.outputs[0].shape.numel()));
+  }
+  // Inputs, constants and variable reads first: they depend on nothing (variables are
+  // assigned after the run), so a moved node never waits for one.
+  std::vector<char> taken(n, 0);
+  std::vector<Stage> stages;
+  for (size_t i = 0; i < n; ++i)
+    if (g.nodes[i].kind != NodeKind::kOp) {
+      taken[i] = 1;
+      stages.push_back({static_cast<int>(i), -1});
+    }
+  for (size_t a = 0; a < n; ++a) {
+    if (taken[a]) continue;
+    int partner = -1;
+    for (size_t b = a + 1; work[a] >= kMinPairWork && b < n && b <= a + kPairWindow && partner < 0; ++b) {
+      if (taken[b] || work[b] < kMinPairWork || std::min(work[a], work[b]) < kPairBalance * std::max(work[a], work[b]))
+        continue;
+      bool ready = true;
+      for (ValueRef v : g.nodes[b].inputs)
+        ready &= static_cast<size_t>(v.node) < a || g.nodes[static_cast<size_t>(v.node)].kind != NodeKind::kOp;
+      if (ready) partner = static_cast<int>(b);
+    }
+    if (partner >= 0) taken[static_cast<size_t>(partner)] = 1;
+    stages.push_back({static_cast<int>(a), partner});
+  }
+  return stages;
+}
+
 }  // namespace
 
 struct Executor::Plan {
@@ -96,6 +159,7 @@ struct Executor::Plan {
   std::vector<Tensor> constants;       // per node: a constant copied to `device` (off the CPU only)
   std::vector<std::vector<Buf>> bufs;  // per node, per output
   std::vector<KernelFn> kernels;
+  std::vector<Stage> stages;                 // execution order (schedule())
   std::shared_ptr<const NodeCaches> caches;  // the executor's, shared by its plans
   size_t arena_bytes = 0;
   MemoryPlanStats stats;
@@ -244,9 +308,20 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
       v = graph_.nodes[static_cast<size_t>(v.node)].inputs[0];
     return v;
   };
-  std::map<ValueRef, size_t> last_use;
+  auto meta = [&](ValueRef v) -> const TensorMeta& {
+    return p->bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)].meta;
+  };
+  p->stages = schedule(graph_, meta, device.type == DeviceType::kCPU && parallel_branches_enabled());
+  std::vector<size_t> stage_of(n);
+  for (size_t s = 0; s < p->stages.size(); ++s)
+    for (int i : p->stages[s])
+      if (i >= 0) stage_of[static_cast<size_t>(i)] = s;
+  std::map<ValueRef, size_t> last_use;  // stage of the last reader
   for (size_t i = 0; i < n; ++i)
-    for (ValueRef v : graph_.nodes[i].inputs) last_use[root(v)] = i;
+    for (ValueRef v : graph_.nodes[i].inputs) {
+      size_t& lu = last_use[root(v)];
+      lu = std::max(lu, stage_of[i]);
+    }
   auto pin = [&](ValueRef v) {
     ValueRef r = root(v);
     Plan::Buf& b = p->bufs[static_cast<size_t>(r.node)][static_cast<size_t>(r.index)];
@@ -254,24 +329,29 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
   };
   for (ValueRef o : graph_.outputs) pin(o);
   for (const Assignment& a : graph_.assignments) pin(a.value);
-  // 3. Offsets: allocate a node's outputs, then release what it read for the last time.
+  // 3. Offsets: allocate a stage's outputs, then release what it read for the last time
+  // (the two nodes of a stage run at once: neither may reuse what the other reads).
   ArenaPlanner arena;
-  std::map<size_t, std::vector<ValueRef>> frees;  // node -> buffers whose last reader it is
-  for (size_t i = 0; i < n; ++i) {
-    for (size_t k = 0; k < p->bufs[i].size(); ++k) {
-      Plan::Buf& b = p->bufs[i][k];
-      const auto bytes = static_cast<int64_t>(b.meta.shape.numel()) * static_cast<int64_t>(dtype_size(b.meta.dtype));
-      if (b.where == Plan::Where::kPinned) p->stats.pinned_bytes += bytes;
-      if (b.where != Plan::Where::kArena) continue;
-      const size_t sz = align_up(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
-      b.offset = arena.allocate(sz);
-      p->stats.naive_bytes += static_cast<int64_t>(sz);
-      ++p->stats.num_buffers;
-      const ValueRef self{static_cast<int>(i), static_cast<int>(k)};
-      auto lu = last_use.find(self);
-      frees[lu == last_use.end() ? i : lu->second].push_back(self);  // unread outputs die at once
+  std::map<size_t, std::vector<ValueRef>> frees;  // stage -> buffers whose last reader it holds
+  for (size_t st = 0; st < p->stages.size(); ++st) {
+    for (const int node : p->stages[st]) {
+      if (node < 0) continue;
+      const size_t i = static_cast<size_t>(node);
+      for (size_t k = 0; k < p->bufs[i].size(); ++k) {
+        Plan::Buf& b = p->bufs[i][k];
+        const auto bytes = static_cast<int64_t>(b.meta.shape.numel()) * static_cast<int64_t>(dtype_size(b.meta.dtype));
+        if (b.where == Plan::Where::kPinned) p->stats.pinned_bytes += bytes;
+        if (b.where != Plan::Where::kArena) continue;
+        const size_t sz = align_up(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+        b.offset = arena.allocate(sz);
+        p->stats.naive_bytes += static_cast<int64_t>(sz);
+        ++p->stats.num_buffers;
+        const ValueRef self{node, static_cast<int>(k)};
+        auto lu = last_use.find(self);
+        frees[lu == last_use.end() ? st : lu->second].push_back(self);  // unread outputs die at once
+      }
     }
-    if (auto f = frees.find(i); f != frees.end())
+    if (auto f = frees.find(st); f != frees.end())
       for (ValueRef v : f->second) {
         const Plan::Buf& b = p->bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)];
         arena.release(b.offset, align_up(std::max<size_t>(
@@ -324,13 +404,13 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   Plan::RunState& rs = *state;
   const bool profile = profiling();
   const size_t n = graph_.nodes.size();
-  for (size_t i = 0; i < n; ++i) {
+  auto run_node = [&](size_t i) {
     const Node& node = graph_.nodes[i];
     std::vector<Tensor>& out = rs.out[i];
     switch (node.kind) {
-      case NodeKind::kInput: out[0] = (*args)[static_cast<size_t>(node.input_index)]; continue;
-      case NodeKind::kConstant: out[0] = p.constants.empty() ? node.constant : p.constants[i]; continue;
-      case NodeKind::kVariable: out[0] = node.variable.peek(); continue;
+      case NodeKind::kInput: out[0] = (*args)[static_cast<size_t>(node.input_index)]; return;
+      case NodeKind::kConstant: out[0] = p.constants.empty() ? node.constant : p.constants[i]; return;
+      case NodeKind::kVariable: out[0] = node.variable.peek(); return;
       case NodeKind::kOp: break;
     }
     std::vector<Tensor>& in = rs.in[i];
@@ -364,6 +444,13 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
       } else {
         p.kernels[i](ctx);
       }
+    }
+  };
+  for (const Stage& st : p.stages) {
+    if (st[1] < 0) {
+      run_node(static_cast<size_t>(st[0]));
+    } else {
+      parallel_invoke([&] { run_node(static_cast<size_t>(st[0])); }, [&] { run_node(static_cast<size_t>(st[1])); });
     }
   }
   auto value = [&](ValueRef v) { return rs.out[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)]; };

@@ -20,6 +20,13 @@ void set_num_threads(int n);
 template <typename F>
 void parallel_for(int64_t n, int64_t grain, F&& fn);
 
+// Runs a and b at the same time on two threads of the pool (inter-op parallelism: the
+// graph executor's independent branches). Each sees a parallel region, so kiln's loops
+// and oneDNN primitives inside run on its thread alone. Sequential (a, then b) with one
+// thread or when called inside a parallel region. An exception from either is rethrown
+// (a's first) after both have finished.
+void parallel_invoke(const std::function<void()>& a, const std::function<void()>& b);
+
 // memcpy split across the pool for large copies (one thread cannot saturate memory
 // bandwidth); plain memcpy below a few hundred KiB.
 void parallel_memcpy(void* dst, const void* src, int64_t nbytes);

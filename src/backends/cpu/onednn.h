@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kiln/core/dtype.h"
+#include "kiln/core/parallel.h"
 
 namespace kiln::cpu::onednn {
 
@@ -28,7 +29,9 @@ dnnl::primitive cached(const std::string& key, const std::function<dnnl::primiti
 // count when it is created, so a serial primitive is created and executed inside a
 // SerialScope and cached under its own key (serial_tag).
 int64_t serial_macs();
-inline bool runs_serial(int64_t macs) { return macs < serial_macs(); }
+// Inside a parallel region (kiln::parallel_invoke: two graph nodes at once) every
+// primitive runs on its caller's thread.
+inline bool runs_serial(int64_t macs) { return macs < serial_macs() || detail::in_parallel_region(); }
 inline const char* serial_tag(bool serial) { return serial ? "|serial" : ""; }
 // Limits the calling thread's OpenMP regions to one thread while alive (when `on`).
 class SerialScope {
