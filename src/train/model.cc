@@ -162,6 +162,7 @@ void Model::compile(CompileOptions opts) {
   opts_ = std::move(opts);
   compiled_ = true;
   train_fn_.reset();  // a new optimizer or loss: trace again
+  predict_fn_.reset();  // a new policy or run_eagerly: likewise
   device_ = device;
   // Weights, and the optimizer's iterations and slots: a traced step runs on one device.
   std::vector<Variable> vars = weights();
@@ -487,7 +488,7 @@ Logs Model::evaluate_loop(const EvalBatchFn& next_batch, const EvaluateOptions& 
   while (next_batch(&bx, &by)) {
     bx = on_device(bx);
     by = on_device(by);
-    std::vector<Tensor> preds = (*this)(bx, /*training=*/false);
+    std::vector<Tensor> preds = forward_inference(bx);
     loss_mean.add(total_loss(by, preds).item<double>(), static_cast<double>(bx.at(0).dim(0)));
     for (auto& m : ms) m->update(by.at(0), preds.at(0));
   }
@@ -523,12 +524,26 @@ std::vector<Tensor> Model::predict(const data::Dataset& ds) {
   });
 }
 
+std::vector<Tensor> Model::forward_inference(const std::vector<Tensor>& x) {
+  if (predict_fn_) return (*predict_fn_)(x);
+  std::vector<Tensor> out = (*this)(x, /*training=*/false);
+  if (!opts_.run_eagerly) {
+    FunctionOptions fn_opts;
+    fn_opts.name = name() + "_predict";
+    predict_fn_ = std::make_shared<Function>(
+        [this](const std::vector<Tensor>& a) { return (*this)(a, /*training=*/false); }, fn_opts);
+  }
+  return out;
+}
+
+int Model::num_predict_traces() const { return predict_fn_ ? predict_fn_->num_traces() : 0; }
+
 std::vector<Tensor> Model::predict_loop(const EvalBatchFn& next_batch) {
   std::vector<std::vector<Tensor>> parts;
   std::vector<Tensor> bx;
   DeviceScope scope(device_);
   while (next_batch(&bx, nullptr)) {
-    std::vector<Tensor> outs = (*this)(on_device(bx), /*training=*/false);
+    std::vector<Tensor> outs = forward_inference(on_device(bx));
     if (parts.empty()) parts.resize(outs.size());
     for (size_t i = 0; i < outs.size(); ++i) parts[i].push_back(outs[i].to(Device::cpu()));
   }

@@ -157,3 +157,40 @@ TEST(TracedFit, EachStatefulLayerMatchesEager) {
 
 }  // namespace
 }  // namespace kiln::train
+
+namespace kiln::train {
+namespace {
+
+// evaluate() and predict() trace their inference forward after the first batch (one
+// trace per batch shape), read the current weights on every call, and equal the eager
+// forward; run_eagerly keeps them eager.
+TEST(TracedInference, PredictAndEvaluateEqualTheEagerForward) {
+  Data d = data(100);
+  ModelPtr m = model(false, optimizers::Adam({0.01}));
+  const Tensor eager = (*m)(d.x, /*training=*/false);
+  EXPECT_EQ(m->num_predict_traces(), 0);
+  const Tensor first = m->predict(d.x, 32);  // 32, 32, 32, 4: the second batch traces
+  EXPECT_EQ(m->num_predict_traces(), 2);     // one trace for 32 rows, one for 4
+  EXPECT_CLOSE(first, eager, 1e-5, 1e-6);
+  // Weights change (a fit): the traces read them as variables, not as constants.
+  FitOptions fo;
+  fo.epochs = 1;
+  fo.batch_size = 32;
+  fo.verbose = 0;
+  m->fit(d.x, d.y, fo);
+  const Tensor after = m->predict(d.x, 32);
+  EXPECT_CLOSE(after, (*m)(d.x, false), 1e-5, 1e-6);
+  EXPECT_FALSE(allclose(after, first, 1e-3, 1e-3));
+  EXPECT_EQ(m->num_predict_traces(), 2);
+  // evaluate: the same loss as the eager model's.
+  ModelPtr e = model(true, optimizers::Adam({0.01}));
+  for (size_t i = 0; i < m->weights().size(); ++i) e->weights()[i].assign(m->weights()[i].peek());
+  EvaluateOptions eo;
+  const Logs traced_logs = m->evaluate(d.x, d.y, eo), eager_logs = e->evaluate(d.x, d.y, eo);
+  EXPECT_NEAR(traced_logs.at("loss"), eager_logs.at("loss"), 1e-5);
+  EXPECT_NEAR(traced_logs.at("accuracy"), eager_logs.at("accuracy"), 1e-9);
+  EXPECT_EQ(e->num_predict_traces(), 0);  // run_eagerly
+}
+
+}  // namespace
+}  // namespace kiln::train

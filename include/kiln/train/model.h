@@ -26,6 +26,9 @@
 // (Optimizer::traceable(): clipnorm, loss scaling). As in Keras, the trace fixes what
 // the step read on the host: changing a layer's `trainable` flag, or code in a custom
 // call() that branches on tensor values, takes effect after compile() again.
+// evaluate() and predict() run the forward pass in inference mode traced the same way
+// (Keras's predict_function): the first batch a model ever sees runs eagerly (it may
+// build layers), later ones run one graph per batch shape; run_eagerly turns it off.
 // Reproducible: with kiln::set_seed(s) before building and fit's shuffle_seed, two
 // runs produce the same weights and losses.
 //
@@ -133,6 +136,8 @@ class Model : public Layer {
   // Steps the traced training function has run, and how many times it was traced
   // (0 and 0 while steps run eagerly).
   int64_t traced_steps() const { return traced_steps_; }
+  // Times the inference forward of evaluate()/predict() was traced (0 while eager).
+  int num_predict_traces() const;
   int num_train_traces() const;
 
   // Keras-style table: layer (type), output shape, params; totals.
@@ -187,6 +192,9 @@ class Model : public Layer {
   using EvalBatchFn = std::function<bool(std::vector<Tensor>* x, std::vector<Tensor>* y)>;
   Logs evaluate_loop(const EvalBatchFn& next_batch, const EvaluateOptions& opts);
   std::vector<Tensor> predict_loop(const EvalBatchFn& next_batch);
+  // The inference-mode forward of evaluate and predict: traced after the first batch
+  // unless run_eagerly (see the top of this file).
+  std::vector<Tensor> forward_inference(const std::vector<Tensor>& x);
   // Splits a dataset element into model inputs and targets.
   void split_batch(const data::Element& e, std::vector<Tensor>* x, std::vector<Tensor>* y, const char* what) const;
   // Sum of the (weighted) losses of every output.
@@ -206,7 +214,8 @@ class Model : public Layer {
   std::vector<MetricPtr> metrics_;
   std::vector<Shape> output_shapes_;  // per layer, for summary() (Sequential)
   TrainingRecord record_;
-  std::shared_ptr<kiln::Function> train_fn_;  // the traced step (made after one eager step)
+  std::shared_ptr<kiln::Function> train_fn_;    // the traced step (made after one eager step)
+  std::shared_ptr<kiln::Function> predict_fn_;  // the traced inference forward (likewise)
   int64_t traced_steps_ = 0;
 };
 using ModelPtr = std::shared_ptr<Model>;
