@@ -121,7 +121,7 @@ void max_pool_backward_nhwc(const Pool2dGeometry& g, const T* x, const T* dy, T*
 // channels in multiples of 8, as one streaming pass: per output cell and 8 channels,
 // four x loads, the first maximum (strictly greater, or the first NaN: as above), and
 // dy written to its cell and zeros to the other three (masked by x > 0 with relu).
-// 3.7 -> 1.7 ms on the cnn's [128, 28, 28, 32] (docs/benchmarks.md).
+// 3.7 -> 1.4 ms on the cnn's [128, 28, 28, 32] in its training step (docs/benchmarks.md).
 bool max_pool_backward_2x2(const Pool2dGeometry& g, const float* x, const float* dy, float* dx, bool relu) {
   const auto& v = g.win;
   if (v.kh != 2 || v.kw != 2 || v.sh != 2 || v.sw != 2 || v.pt != 0 || v.pl != 0 || g.h != 2 * v.oh ||
