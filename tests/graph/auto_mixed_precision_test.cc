@@ -3,7 +3,6 @@
 // never), the casts it inserts (one per value, constants converted once), dtypes kept
 // at the graph's edges (outputs, variables, assignments), results close to f32, and
 // the KILN_AUTO_MIXED_PRECISION switch of the pipeline.
-#include <cstdlib>
 
 #include "kiln/autodiff/tape.h"
 #include "kiln/graph/auto_mixed_precision.h"
@@ -11,6 +10,7 @@
 #include "kiln/graph/function.h"
 #include "kiln/graph/passes.h"
 #include "kiln/ops.h"
+#include "scoped_env.h"
 #include "test_util.h"
 
 namespace kiln::graph {
@@ -134,19 +134,9 @@ TEST(AutoMixedPrecision, TrainStepKeepsF32VariablesAndUpdates) {
 TEST(AutoMixedPrecision, PipelineSwitchAndBadValues) {
   const Tensor x = rand_tensor({4, 16}, DType::kF32, -1, 1, 7);
   auto count_low = [&](const char* value) {
-    if (value) {
-      setenv("KILN_AUTO_MIXED_PRECISION", value, 1);
-    } else {
-      unsetenv("KILN_AUTO_MIXED_PRECISION");
-    }
+    testing::ScopedEnv env("KILN_AUTO_MIXED_PRECISION", value);  // restored on throw too
     Graph g = trace(mlp, {x});
-    try {
-      optimize(g);
-    } catch (...) {
-      unsetenv("KILN_AUTO_MIXED_PRECISION");  // later tests optimise graphs too
-      throw;
-    }
-    unsetenv("KILN_AUTO_MIXED_PRECISION");
+    optimize(g);
     int low = 0;
     for (const Node& n : g.nodes) low += n.kind == NodeKind::kOp && n.outputs[0].dtype == DType::kBF16;
     return low;

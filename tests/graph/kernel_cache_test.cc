@@ -3,12 +3,12 @@
 // graphs stay equal to eager calls whatever changes between runs. The kernel-level
 // tests write into a "constant" after the first call: a cached kernel must still see
 // the old data (that is what proves it cached), an uncached one the new.
-#include <cstdlib>
 #include <cstring>
 
 #include "kiln/core/kernel_cache.h"
 #include "kiln/graph/function.h"
 #include "kiln/ops.h"
+#include "scoped_env.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -87,7 +87,7 @@ TEST(KernelCacheInGraphs, Conv2dKernelCachesTheFilterOnlyWhenItIsConstant) {
   const Tensor with_w = ops::relu(ops::conv2d(x, w, same())), with_w2 = ops::relu(ops::conv2d(x, w2, same()));
   // Both CPU routes: the direct kernel's packed filter and oneDNN's reordered one.
   for (const char* direct : {"1", "0"}) {
-    setenv("KILN_DIRECT_CONV", direct, 1);
+    testing::ScopedEnv env("KILN_DIRECT_CONV", direct);
     for (const bool constant : {true, false}) {
       SCOPED_TRACE(std::string(constant ? "constant filter" : "filter not constant") + ", KILN_DIRECT_CONV=" + direct);
       Tensor filter = w.clone();
@@ -98,7 +98,6 @@ TEST(KernelCacheInGraphs, Conv2dKernelCachesTheFilterOnlyWhenItIsConstant) {
       EXPECT_CLOSE(run_kernel(node, {x, filter}, nullptr), with_w2, 1e-5, 1e-5);  // eager: no cache
     }
   }
-  unsetenv("KILN_DIRECT_CONV");
 }
 
 // qlinear_conv2d: the f32 route (<= 3 input channels: the dequantised filter and its

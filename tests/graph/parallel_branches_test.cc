@@ -4,7 +4,6 @@
 // other reads. Checked: the pair really ran on two threads (the profiler's thread ids),
 // the results equal the sequential executor's (the default) and eager mode, including a
 // training step whose layer gradients run as pairs.
-#include <cstdlib>
 #include <map>
 #include <regex>
 
@@ -14,6 +13,7 @@
 #include "kiln/graph/function.h"
 #include "kiln/graph/profiler.h"
 #include "kiln/ops.h"
+#include "scoped_env.h"
 #include "test_util.h"
 
 namespace kiln::graph {
@@ -22,12 +22,14 @@ using testing::rand_tensor;
 
 // Runs the graph once with the profiler on; returns node -> thread id of its event.
 std::map<int, size_t> threads_of(const Graph& g, const std::vector<Tensor>& in, std::vector<Tensor>* out) {
-  setenv("KILN_PARALLEL_BRANCHES", "1", 1);  // read when the executor plans (its first run)
-  Executor ex(g);
-  start_profiling();
-  *out = ex.run(in);
-  const std::string json = stop_profiling();
-  unsetenv("KILN_PARALLEL_BRANCHES");
+  std::string json;
+  {
+    testing::ScopedEnv env("KILN_PARALLEL_BRANCHES", "1");  // read when the executor plans (its first run)
+    Executor ex(g);
+    start_profiling();
+    *out = ex.run(in);
+    json = stop_profiling();
+  }
   std::map<int, size_t> tid;
   const std::regex event(R"re("tid":(\d+),"args":\{"node":(\d+))re");
   for (auto it = std::sregex_iterator(json.begin(), json.end(), event); it != std::sregex_iterator(); ++it)

@@ -5,10 +5,10 @@
 // ops with the kernel on and off (KILN_DIRECT_CONV), which must agree.
 #include "backends/cpu/direct_conv.h"
 
-#include <cstdlib>
 
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/nn.h"
+#include "scoped_env.h"
 #include "test_util.h"
 
 namespace kiln::testing {
@@ -135,21 +135,6 @@ TEST(DirectConv, ShapesItDoesNotHandle) {
   q.o = 8;
   EXPECT_FALSE(dc::supports_backward_filter(q));
 }
-
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
 
 TEST(DirectConv, Conv2dOpsAgreeWithAndWithoutIt) {
   for (const Problem& p : problems()) {

@@ -1,11 +1,14 @@
 #pragma once
 // A direct f32 NHWC convolution for the shapes of typical CNN layers: stride 1,
 // no dilation, one group, output channels a multiple of 16 and at least 8 input
-// channels. It replaces oneDNN 2.6's jit:avx2 kernel for those shapes (forward,
-// and backward data, which is the same convolution with the filter flipped and
-// transposed): that kernel runs at 65-75% of the FMA peak on AVX2; this one
-// is 1.2-1.3x faster on the cnn's 3x3 32->64 layer at batch 64 and 1.4-1.8x at
-// batch 1 (docs/benchmarks.md, "Direct convolution").
+// channels (the filter gradient takes any). It replaces oneDNN 2.6's jit:avx2 kernel
+// for those shapes (forward; backward data, the same convolution with the filter
+// flipped and transposed; the filter gradient): that kernel runs at 65-75% of the
+// FMA peak on AVX2. On the cnn's 3x3 32->64 layer at batch 64-128 this one is
+// 1.33-1.36x faster forward, 1.46-1.58x for the filter gradient and 1.0-1.2x for
+// backward data; at batch 1 it is level forward and slower for backward data when
+// the filter is packed on every call, as eager calls do (graphs pack a constant
+// filter once) (docs/benchmarks.md, "Direct convolution").
 //
 // How: each thread copies the input rows it needs into a zero-padded buffer (so
 // the inner loop has no bounds checks), then computes tiles of up to 6 output
