@@ -7,6 +7,8 @@
 //     arena and the naive sum of its intermediates, MiB);
 //   chain/<n>: 20 small elementwise ops on n floats (dispatch-bound; tanh-bound at 65536);
 //   chain_mem/<n>: 30 cheap elementwise ops on n floats (memory-bound: fusion's case);
+//   norm_softmax_by_hand/<rows>: layer norm + softmax written out of primitive ops over
+//     [rows, 512] (the normalisation pattern fusion's case);
 //   model_train_step/cnn:<0|1>: Model::train_step of the built-in mlp (0) or cnn (1),
 //     traced (fit's default) vs run_eagerly.
 // Run: build/default/bin/bench_graph --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
@@ -118,6 +120,23 @@ void chain_mem(benchmark::State& st, bool traced) {
       {x}, traced);
 }
 
+// Layer norm and softmax written out of primitive ops over [rows, 512] (a transformer
+// block's tail, as people write it): the pipeline turns each into its fused kernel.
+void norm_softmax_by_hand(benchmark::State& st, bool traced) {
+  Tensor x = ops::random_uniform({st.range(0), 512}, -3, 3, DType::kF32, 16);
+  Tensor gamma = ops::random_uniform({512}, 0.5, 1.5, DType::kF32, 17), beta = ops::zeros({512});
+  Tensor eps = ops::scalar(1e-5f);
+  run(st,
+      [&](const std::vector<Tensor>& a) {
+        Tensor d = ops::sub(a[0], ops::mean(a[0], {-1}, true));
+        Tensor n = ops::mul(d, ops::rsqrt(ops::add(ops::mean(ops::square(d), {-1}, true), eps)));
+        Tensor h = ops::add(ops::mul(n, gamma), beta);
+        Tensor e = ops::exp(ops::sub(h, ops::max(h, {-1}, true)));
+        return std::vector<Tensor>{ops::div(e, ops::sum(e, {-1}, true))};
+      },
+      {x}, traced);
+}
+
 // Model::train_step of the CLI's built-in models (Adam, sparse cross-entropy, batch
 // 128): "kiln" = the traced step fit runs by default, "peer" = run_eagerly.
 train::ModelPtr builtin(bool cnn) {
@@ -160,6 +179,8 @@ BENCHMARK_CAPTURE(cnn_forward, kiln, true)->Arg(1)->Arg(64)->Unit(benchmark::kMi
 BENCHMARK_CAPTURE(cnn_forward, peer, false)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(chain, kiln, true)->Arg(64)->Arg(1 << 16)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(chain, peer, false)->Arg(64)->Arg(1 << 16)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(norm_softmax_by_hand, kiln, true)->Arg(256)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(norm_softmax_by_hand, peer, false)->Arg(256)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(chain_mem, kiln, true)->Arg(1 << 22)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(chain_mem, peer, false)->Arg(1 << 22)->Unit(benchmark::kMicrosecond);
 

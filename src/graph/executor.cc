@@ -7,6 +7,7 @@
 #include <functional>
 #include <list>
 #include <optional>
+#include <set>
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/error.h"
@@ -78,6 +79,19 @@ class ArenaPlanner {
 };
 
 bool is_view_op(const OpDef* op) { return op && op->name == "reshape"; }
+
+// Ops whose CPU kernels may write their output over an input of the same shape and
+// dtype: every output element is computed from the inputs' elements at the same index,
+// read before it is written (unary_apply, binary_apply, relu_grad, fused_elementwise;
+// not floor/ceil/round, whose integer kernels are a memcpy).
+bool writes_in_place(const OpDef* op) {
+  static const std::set<std::string> kOps = {
+      "neg",  "abs",     "sign",   "square",   "relu",     "exp",        "log",  "log1p",   "sqrt",
+      "rsqrt", "reciprocal", "sin", "cos",      "tanh",     "sigmoid",    "relu6", "relu_grad", "leaky_relu",
+      "elu",  "gelu",    "silu",   "softplus", "erf",      "clip",       "add",  "sub",     "mul",
+      "div",  "maximum", "minimum", "pow",     "fused_elementwise"};
+  return op && kOps.count(op->name);
+}
 
 using NodeCaches = std::vector<std::unique_ptr<KernelCache>>;  // per node (null: no kernel)
 
@@ -331,8 +345,27 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
   for (const Assignment& a : graph_.assignments) pin(a.value);
   // 3. Offsets: allocate a stage's outputs, then release what it read for the last time
   // (the two nodes of a stage run at once: neither may reuse what the other reads).
+  // A lone node that writes in place (writes_in_place) takes over the buffer of an input
+  // of its output's shape and dtype whose last reader it is; that buffer then lives as
+  // long as the output.
   ArenaPlanner arena;
   std::map<size_t, std::vector<ValueRef>> frees;  // stage -> buffers whose last reader it holds
+  std::set<ValueRef> taken_over;                  // buffers an in-place output now owns
+  auto in_place_source = [&](size_t i, size_t st) -> std::optional<ValueRef> {
+    const Node& node = graph_.nodes[i];
+    if (device.type != DeviceType::kCPU || p->stages[st][1] >= 0 || node.outputs.size() != 1 ||
+        !writes_in_place(node.op))
+      return std::nullopt;
+    const TensorMeta& out = p->bufs[i][0].meta;
+    for (ValueRef v : node.inputs) {
+      const ValueRef r = root(v);
+      const Plan::Buf& in = p->bufs[static_cast<size_t>(r.node)][static_cast<size_t>(r.index)];
+      if (in.where == Plan::Where::kArena && !taken_over.count(r) && last_use.at(r) == st &&
+          meta(v).shape == out.shape && meta(v).dtype == out.dtype)
+        return r;
+    }
+    return std::nullopt;
+  };
   for (size_t st = 0; st < p->stages.size(); ++st) {
     for (const int node : p->stages[st]) {
       if (node < 0) continue;
@@ -343,7 +376,13 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
         if (b.where == Plan::Where::kPinned) p->stats.pinned_bytes += bytes;
         if (b.where != Plan::Where::kArena) continue;
         const size_t sz = align_up(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
-        b.offset = arena.allocate(sz);
+        if (const std::optional<ValueRef> src = in_place_source(i, st)) {
+          b.offset = p->bufs[static_cast<size_t>(src->node)][static_cast<size_t>(src->index)].offset;
+          taken_over.insert(*src);
+          ++p->stats.in_place;
+        } else {
+          b.offset = arena.allocate(sz);
+        }
         p->stats.naive_bytes += static_cast<int64_t>(sz);
         ++p->stats.num_buffers;
         const ValueRef self{node, static_cast<int>(k)};
@@ -353,6 +392,7 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
     }
     if (auto f = frees.find(st); f != frees.end())
       for (ValueRef v : f->second) {
+        if (taken_over.count(v)) continue;
         const Plan::Buf& b = p->bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)];
         arena.release(b.offset, align_up(std::max<size_t>(
                                     static_cast<size_t>(b.meta.shape.numel()) * dtype_size(b.meta.dtype), 1)));

@@ -57,14 +57,19 @@ std::vector<TensorMeta> infer_fused_elementwise(std::span<const TensorMeta> in, 
   if (in.empty() || ops.empty() || args.size() != 2 * ops.size())
     fail("needs inputs, ops and two args per op (got " + std::to_string(in.size()) + " inputs, " +
          std::to_string(ops.size()) + " ops, " + std::to_string(args.size()) + " args)");
-  Shape shape = in[0].shape;
+  Shape shape = in[0].shape;  // the output's: the inputs broadcast together
   for (const TensorMeta& m : in) {
     if (m.dtype != DType::kF32) fail("inputs must be f32, got " + detail::dtype_str(m.dtype));
-    if (m.shape.numel() != 1) shape = m.shape;
+    try {
+      shape = broadcast_shapes(shape, m.shape);
+    } catch (const InvalidArgumentError& e) {
+      fail(e.message());
+    }
   }
   for (const TensorMeta& m : in)
-    if (m.shape.numel() != 1 && m.shape != shape)
-      fail("inputs must have one shape or one element, got " + m.shape.str() + " and " + shape.str());
+    if (m.shape != shape && !broadcasts_along_leading_dims(m.shape, shape))
+      fail("inputs must have the output's shape, one element, or its trailing dims (got " + m.shape.str() +
+           " and " + shape.str() + ")");
   for (size_t k = 0; k < ops.size(); ++k) {
     const int64_t defined = static_cast<int64_t>(in.size() + k);  // registers before instruction k
     bool unary = false, binary = false;
@@ -87,6 +92,17 @@ KILN_REGISTER_OP(detail::make_def("fused_elementwise",
                                   Differentiable::kNo));
 
 }  // namespace
+
+bool broadcasts_along_leading_dims(const Shape& in, const Shape& out) {
+  if (in.rank() > out.rank()) return false;
+  if (in.numel() == 1) return true;
+  int r = in.rank();
+  while (r > 0 && in[in.rank() - r] == 1) --r;  // leading 1s
+  if (r > out.rank()) return false;
+  for (int k = 1; k <= r; ++k)
+    if (in[in.rank() - k] != out[out.rank() - k]) return false;
+  return true;
+}
 
 bool fusable_elementwise(const std::string& op, bool* binary) {
   for (const char* u : kFusableUnary)

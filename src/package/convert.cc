@@ -228,11 +228,7 @@ Graph quantize(const Graph& g, const std::map<int, std::pair<float, float>>& ran
 // the values are those of pooling in f32 and quantising after, with 4x less memory
 // traffic between the layers and no quantisation pass in the second.
 void chain_int8(Graph& g) {
-  std::map<ValueRef, int> uses;
-  for (const Node& n : g.nodes)
-    for (ValueRef v : n.inputs) ++uses[v];
-  for (ValueRef v : g.outputs) ++uses[v];
-  for (const graph::Assignment& a : g.assignments) ++uses[a.value];
+  std::map<ValueRef, int> uses = graph::count_uses(g);
   auto is = [&](const Node& n, const char* op) { return n.kind == NodeKind::kOp && n.op->name == op; };
   auto qlinear = [&](const Node& n) { return is(n, "qlinear_matmul") || is(n, "qlinear_conv2d"); };
   auto reinfer = [&](Node& n) {

@@ -183,6 +183,12 @@ TEST(CudaDevice, FusedElementwiseMatchesTheCpu) {
   Tensor want = call_op1(op, std::vector<Tensor>{a, c}, attrs);
   Tensor got = call_op1(op, std::vector<Tensor>{a.to(kGpu), c.to(kGpu)}, attrs);
   EXPECT_CLOSE(got.to(Device::cpu()), want, 1e-5, 1e-6);
+  // A row broadcast along the leading dim (element i reads row[i % 37]).
+  Tensor row = ops::random_uniform({37}, -1, 1, DType::kF32, 10);
+  Attrs with_row{{"ops", std::string("exp,mul,tanh,add,mul")}, {"args", std::vector<int64_t>{0, -1, 3, 1, 4, -1, 5, 0, 6, 2}}};
+  want = call_op1(op, std::vector<Tensor>{a, c, row}, with_row);
+  got = call_op1(op, std::vector<Tensor>{a.to(kGpu), c.to(kGpu), row.to(kGpu)}, with_row);
+  EXPECT_CLOSE(got.to(Device::cpu()), want, 1e-5, 1e-6);
 }
 
 TEST(CudaDevice, ReportsReadings) {

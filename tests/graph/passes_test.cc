@@ -261,18 +261,21 @@ TEST(FusedMatmulOp, MatchesComposedOpsAndChecksShapes) {
 // Random graphs: chains and diamonds of elementwise ops over the input, constants and
 // duplicated subexpressions; the optimised graph must compute the same outputs.
 // A tree of elementwise ops becomes one fused_elementwise node; a value that is also
-// a graph output stays outside; an op of another shape (broadcast) stays outside.
+// a graph output stays outside; a row broadcast joins; a column broadcast stays
+// outside.
 TEST(PassesTest, FusesElementwiseTrees) {
   Tensor c = make<float>({0.5f, -1.f, 2.f, 1.f, 3.f}, {5});
+  Tensor k = make<float>({1.f, 2.f, -1.f, 0.5f}, {4, 1});
   Graph g = traced(
       [&](const std::vector<Tensor>& x) {
         Tensor a = ops::tanh(ops::mul(x[0], ops::scalar(2.0f)));          // fused (scalar broadcast)
         Tensor b = ops::exp(ops::neg(ops::square(x[1])));                 // fused
         Tensor shared = ops::sigmoid(x[0]);                                // an output too: kept
         Tensor sum = ops::add(ops::add(a, b), ops::mul(shared, shared));   // root of the tree
-        Tensor row = ops::add(sum, c);                                     // [4,5] + [5]: a row broadcast, not fused
+        Tensor row = ops::add(sum, c);                                     // [4,5] + [5]: a row broadcast, fused
+        Tensor col = ops::mul(row, k);                                     // [4,5] * [4,1]: not fused
         Tensor small = ops::relu(ops::sub(c, ops::scalar(1.0f)));          // [5]: folded (constant)
-        return std::vector<Tensor>{ops::relu_grad(row, x[1]), shared, small};
+        return std::vector<Tensor>{ops::relu_grad(col, x[1]), shared, small};
       },
       {ops::ones({4, 5}), ops::ones({4, 5})});
   Tensor x0 = rand_tensor({4, 5}, DType::kF32, -2, 2, 7), x1 = rand_tensor({4, 5}, DType::kF32, -2, 2, 8);
@@ -280,8 +283,11 @@ TEST(PassesTest, FusesElementwiseTrees) {
   optimize(g);
   EXPECT_EQ(g.count_ops("fused_elementwise"), 1) << g.str();
   EXPECT_EQ(g.count_ops("sigmoid"), 1) << g.str();  // the shared output
-  // fused, sigmoid, the row add, and relu_grad (alone: its producer broadcasts).
+  // fused (up to the row add), sigmoid, the column mul, and relu_grad (alone: its
+  // producer is not fusable).
   EXPECT_EQ(g.count_ops(), 4) << g.str();
+  EXPECT_EQ(g.count_ops("mul"), 1) << g.str();
+  EXPECT_EQ(g.count_ops("add"), 0) << g.str();
   EXPECT_EQ(g.count_ops("relu_grad"), 1) << g.str();
   std::vector<Tensor> got = run(g, {x0, x1});
   for (size_t k = 0; k < want.size(); ++k) EXPECT_CLOSE(got[k], want[k], 1e-6, 1e-6);
@@ -309,6 +315,27 @@ TEST(PassesTest, FusedElementwiseChainMatchesOpByOp) {
   }
 }
 
+// Inputs broadcast along leading dims (rows of every width against the L1 block size,
+// leading 1s, several at once) equal the op-by-op results.
+TEST(PassesTest, FusedElementwiseBroadcastInputs) {
+  for (int64_t width : {1, 3, 100, 1000, 5000}) {
+    SCOPED_TRACE(width);
+    const Tensor x = rand_tensor({7, 3, width}, DType::kF32, -2, 2, 21);
+    const Tensor bias = rand_tensor({width}, DType::kF32, -1, 1, 22);
+    const Tensor scale = rand_tensor({1, 3, width}, DType::kF32, 0.5, 1.5, 23);
+    auto fn = [&](const std::vector<Tensor>& in) {
+      Tensor t = ops::mul(ops::tanh(ops::add(in[0], bias)), scale);
+      return std::vector<Tensor>{ops::relu(ops::sub(t, ops::mul(bias, ops::scalar(0.5f))))};
+    };
+    Function f = function(fn);
+    f({x});
+    EXPECT_CLOSE(f({x})[0], fn({x})[0], 1e-6, 1e-6);
+    const Graph& g = f.concrete({x}).graph();
+    EXPECT_EQ(g.count_ops("fused_elementwise"), 1) << g.str();
+    EXPECT_LE(g.count_ops(), 2) << g.str();  // and at most the bias * 0.5 (a constant: folded)
+  }
+}
+
 TEST(FusedElementwiseOp, ChecksItsProgram) {
   const OpDef& op = OpRegistry::global().get("fused_elementwise");
   Tensor x = make<float>({1, -2, 3}, {3});
@@ -321,7 +348,12 @@ TEST(FusedElementwiseOp, ChecksItsProgram) {
   EXPECT_KILN_ERROR(call_op1(op, std::vector<Tensor>{x}, {{"ops", std::string("exp")}, {"args", std::vector<int64_t>{0}}}),
                     kInvalidArgument, "two args per op");
   EXPECT_KILN_ERROR(call_op1(op, std::vector<Tensor>{x, make<float>({1, 2}, {2})}, {{"ops", std::string("add")}, {"args", std::vector<int64_t>{0, 1}}}),
-                    kInvalidArgument, "one shape or one element");
+                    kInvalidArgument, "broadcast");
+  EXPECT_KILN_ERROR(call_op1(op, std::vector<Tensor>{ops::ones({3, 2}), ops::ones({3, 1})}, {{"ops", std::string("add")}, {"args", std::vector<int64_t>{0, 1}}}),
+                    kInvalidArgument, "trailing dims");
+  // A row input: element i reads row[i % 2].
+  EXPECT_CLOSE(call_op1(op, std::vector<Tensor>{make<float>({1, 2, 3, 4}, {2, 2}), make<float>({10, 20}, {2})}, {{"ops", std::string("add")}, {"args", std::vector<int64_t>{0, 1}}}),
+               make<float>({11, 22, 13, 24}, {2, 2}), 0, 0);
   EXPECT_KILN_ERROR(call_op1(op, std::vector<Tensor>{make<double>({1}, {1})}, {{"ops", std::string("exp")}, {"args", std::vector<int64_t>{0, -1}}}),
                     kInvalidArgument, "must be f32");
 }

@@ -5,8 +5,11 @@
 // outputs are re-inferred (so a graph traced at one batch size runs at another when
 // its attrs do not pin the batch), kernels are looked up, and a static memory plan
 // gives every intermediate an offset in one arena: liveness analysis frees a buffer
-// after its last reader, and later buffers reuse the space (best fit). `reshape`
-// outputs are views of their input. Graph outputs and assigned values get buffers
+// after its last reader, and later buffers reuse the space (best fit). On the CPU an
+// elementwise op (unary, binary arithmetic, relu_grad, fused_elementwise) writes its
+// result in place over an input of the same shape and dtype that nothing reads after
+// it (what the op's kernels allow: each element is read before it is written, at the
+// same index). `reshape` outputs are views of their input. Graph outputs and assigned values get buffers
 // of their own (they outlive the run). A run then allocates nothing per op: the
 // arena is reused from run to run. Random ops draw fresh numbers for every run
 // (OpDef::redraw, on a per-run copy of their attrs); random nodes that had the same
@@ -39,6 +42,7 @@ struct MemoryPlanStats {
   int64_t naive_bytes = 0;   // the sum of every intermediate buffer (no reuse)
   int64_t num_buffers = 0;   // intermediates placed in the arena
   int64_t pinned_bytes = 0;  // outputs and assigned values (own allocations)
+  int64_t in_place = 0;      // intermediates written over an input's buffer
 };
 
 class Executor {

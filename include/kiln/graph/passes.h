@@ -4,12 +4,20 @@
 // meaning: the same outputs (to rounding where a pass says so) and the same variable
 // assignments.
 //
-// Level 1 (default): dead-code elimination, common-subexpression elimination,
-// constant folding, algebraic simplification (identity ops, x*1, x+0, double
-// transpose, reshape chains, cast round trips through a wider type, stop_gradient).
-// Level 2: conv2d + batch_norm_inference folding (constant filter and statistics),
-// fusion (matmul + bias + ReLU into fused_matmul, conv2d + ReLU into fused_conv2d,
-// trees of f32 elementwise ops into fused_elementwise: one loop).
+// Level 1: dead-code elimination, common-subexpression elimination, constant
+// folding, algebraic simplification (identity ops, x*1, x+0, double transpose,
+// reshape chains, cast round trips through a wider type, stop_gradient), shape
+// simplification with the traced shapes (broadcast_to/tile/pad/slice/concat/split
+// that change nothing, reductions and transposes that only move size-1 dims become
+// reshapes (views), broadcast_to feeding a binary op that broadcasts anyway).
+// Level 2 (default): conv2d + batch_norm_inference folding (constant filter and
+// statistics), the automatic mixed-precision pass (only with KILN_AUTO_MIXED_PRECISION
+// set: kiln/graph/auto_mixed_precision.h), softmax / log_softmax / layer_norm written
+// out of primitive ops into the fused op, fusion (matmul + bias + ReLU into
+// fused_matmul, conv2d + ReLU into fused_conv2d, max_pool2d_backward + relu_grad,
+// trees of f32 elementwise ops into fused_elementwise: one loop, with inputs of the
+// output's shape, single elements, or broadcast along leading dims such as a bias).
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,11 +47,17 @@ void eliminate_common_subexpressions(Graph& g);
 void fold_constants(Graph& g);
 void simplify_algebra(Graph& g);
 void fold_conv_batch_norm(Graph& g);
+void simplify_shapes(Graph& g);
+void fuse_normalization_patterns(Graph& g);
 void fuse_matmul_bias_activation(Graph& g);
+void fuse_pool_backward_relu(Graph& g);
 void fuse_elementwise(Graph& g);
 
 // Helpers for passes: every use of `from` (node inputs, outputs, assignments) now
 // reads `to`.
 void replace_uses(Graph& g, ValueRef from, ValueRef to);
+// How many times each value is read: by node inputs (with repeats), graph outputs and
+// assignments.
+std::map<ValueRef, int> count_uses(const Graph& g);
 
 }  // namespace kiln::graph

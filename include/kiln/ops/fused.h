@@ -7,13 +7,20 @@
 //       attrs ops = "exp,add,..." (one op per instruction) and args = two register
 //       indices per instruction (-1 for the second of a unary op). Registers are the
 //       inputs, then one per instruction; the last is the output. Every input has the
-//       output's shape or one element (broadcast). Each instruction computes exactly
+//       output's shape, one element, or the output's trailing dims (broadcast along
+//       the leading ones, as a bias row; leading 1s allowed); the output's shape is
+//       the inputs' broadcast shape. Each instruction computes exactly
 //       what the op's own kernel computes (same expression, in f32).
 #include <string>
+
+#include "kiln/core/shape.h"
 
 namespace kiln::ops {
 
 // Whether fused_elementwise can run `op`; *binary tells its arity.
 bool fusable_elementwise(const std::string& op, bool* binary);
+// `in` broadcasts to `out` along leading dims only: rank at most out's and one
+// element, or (leading 1s aside) out's trailing dims. Element i of the broadcast is in[i % in.numel()].
+bool broadcasts_along_leading_dims(const Shape& in, const Shape& out);
 
 }  // namespace kiln::ops

@@ -196,6 +196,9 @@ Tensor dequantize_per_tensor(const Tensor& q, double scale, int64_t zero_point);
 //   xq = quantize_per_tensor(x, x_scale, x_zero_point)
 //   y[m, n] = act(x_scale * w_scale[n] * sum_k (xq[m, k] - x_zero_point) * w_q[k, n] + bias[n])
 // x f32 [M, K], w_q i8 [K, N], w_scale f32 [N], bias f32 [N] (optional) -> f32 [M, N].
+// x may also be u8, already quantised with (x_scale, x_zero_point): the output of a
+// graph node with the op's y_scale/y_zero_point attrs, which requantise its result to
+// u8 (kiln convert chains int8 layers this way; this function always returns f32).
 // activation "none" or "relu". K is at most 65793 (int32 accumulators).
 Tensor qlinear_matmul(const Tensor& x, double x_scale, int64_t x_zero_point, const Tensor& w_q, const Tensor& w_scale,
                       const Tensor& bias = Tensor(), const std::string& activation = "none");

@@ -13,6 +13,8 @@
 //         0..127 (7 bits: oneDNN's int8 kernels on CPUs without VNNI saturate
 //         otherwise) with ranges calibrated on the given batches (min/max of each
 //         quantised node's input over all of them, widened to include 0).
+//         Quantised layers in a row (through max_pool2d and reshape only) pass u8
+//         activations: the first requantises to the second's input parameters.
 // The result is a new package version directory with the same signatures, metadata
 // (precision and converted_from set) and assets.
 //

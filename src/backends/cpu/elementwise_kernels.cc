@@ -226,13 +226,12 @@ void k_relu_grad(OpContext& ctx) {
         store_from_f32(gb, o + i, m);
       }
     } else {
-      const T* __restrict gp = g;
-      const T* __restrict yp = y;
-      T* __restrict op = o;
+      // No __restrict: the graph executor may pass o == g (in place); the simd
+      // pragma vectorises without it.
 #pragma omp simd
       for (int64_t i = b; i < e; ++i) {
-        const C gi = gp[i], yi = yp[i];
-        op[i] = yi > C(0) ? gi : C(0);
+        const C gi = g[i], yi = y[i];
+        o[i] = yi > C(0) ? gi : C(0);
       }
     }
   });

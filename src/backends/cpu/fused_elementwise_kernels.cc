@@ -41,8 +41,10 @@ struct Instr {
   int a, b;
 };
 
-// o[i] = f(x[i]) or f(x[i], y[i]) over one block.
-void run(const Instr& in, const float* __restrict x, const float* __restrict y, float* __restrict o, int64_t n) {
+// o[i] = f(x[i]) or f(x[i], y[i]) over one block. o may be x or y (the last
+// instruction writes the output, which the executor may place over an input): each
+// element is read before it is written, and the simd pragma needs no __restrict.
+void run(const Instr& in, const float* x, const float* y, float* o, int64_t n) {
   switch (in.code) {
 #define KILN_U(CODE, EXPR)                                      \
   case Code::CODE:                                              \
@@ -84,8 +86,26 @@ void run(const Instr& in, const float* __restrict x, const float* __restrict y, 
   }
 }
 
-// The program and its block assignment: from the attrs and which inputs are scalars,
-// so a graph node prepares it once (kiln/core/kernel_cache.h).
+// dst[j] = src[(start + j) % period] for j < m: an input broadcast along leading dims,
+// copied in contiguous runs.
+void fill_periodic(const float* src, int64_t period, int64_t start, float* dst, int64_t m) {
+  int64_t k = start % period;
+  for (int64_t j = 0; j < m;) {
+    const int64_t run = std::min(m - j, period - k);
+    std::copy_n(src + k, run, dst + j);
+    j += run;
+    k = 0;
+  }
+}
+
+// Input r is broadcast along leading dims (more than one element, fewer than the output).
+bool periodic(const OpContext& ctx, size_t r) {
+  const int64_t size = ctx.in[r].numel();
+  return size > 1 && size < ctx.out[0].numel();
+}
+
+// The program and its block assignment: from the attrs and which inputs are scalars or
+// broadcast, so a graph node prepares it once (kiln/core/kernel_cache.h).
 struct Prepared {
   std::vector<Instr> prog;
   std::vector<int> block_of;  // per register: its scratch block, -1 = read the tensor directly
@@ -98,7 +118,7 @@ Prepared prepare(const OpContext& ctx) {
   const int n_in = static_cast<int>(ctx.in.size());
   const int n_regs = n_in + static_cast<int>(prog.size());
   const int64_t numel = ctx.out[0].numel();
-  // Scratch blocks: one per broadcast input, and one per instruction result while it
+  // Scratch blocks: one per scalar or broadcast input, and one per instruction result while it
   // is live (reused after its last reader, so a chain needs two): the working set
   // stays in L1 however long the program.
   std::vector<int> last_use(static_cast<size_t>(n_regs), -1);
@@ -108,14 +128,15 @@ Prepared prepare(const OpContext& ctx) {
   }
   // Blocks: broadcast inputs first, then each result takes a free one; operands read
   // for the last time free theirs after the result took its own (an instruction never
-  // writes a block it reads: the loops use __restrict). -1: read the tensor directly.
+  // writes a scratch block it reads). -1: read the tensor directly.
   std::vector<int> block_of(static_cast<size_t>(n_regs), -1);
   int n_slots = 0;
   {
     std::vector<int> fs;
     int next = 0;
     for (int r = 0; r < n_in; ++r)
-      if (ctx.in[static_cast<size_t>(r)].numel() == 1 && numel != 1) block_of[static_cast<size_t>(r)] = next++;
+      if ((ctx.in[static_cast<size_t>(r)].numel() == 1 && numel != 1) || periodic(ctx, static_cast<size_t>(r)))
+        block_of[static_cast<size_t>(r)] = next++;
     for (size_t k = 0; k + 1 < prog.size(); ++k) {
       const int r = n_in + static_cast<int>(k);
       if (fs.empty()) {
@@ -138,8 +159,8 @@ void k_fused_elementwise(OpContext& ctx) {
   KernelCache* cache = current_kernel_cache();
   std::shared_ptr<const Prepared> prepared;
   if (cache) {
-    std::string key = "program, scalar inputs:";  // what the preparation reads besides the attrs
-    for (const Tensor& t : ctx.in) key += t.numel() == 1 ? '1' : '0';
+    std::string key = "program, scalar/broadcast inputs:";  // what the preparation reads besides the attrs
+    for (size_t r = 0; r < ctx.in.size(); ++r) key += ctx.in[r].numel() == 1 ? '1' : periodic(ctx, r) ? 'b' : '0';
     key += ctx.out[0].numel() == 1 ? " scalar output" : "";
     prepared = cache->get<Prepared>(key, [&] { return prepare(ctx); });
   } else {
@@ -153,9 +174,12 @@ void k_fused_elementwise(OpContext& ctx) {
   const int64_t numel = ctx.out[0].numel();
   std::vector<float> scalars(static_cast<size_t>(n_in));
   std::vector<const float*> inputs(static_cast<size_t>(n_in));
+  std::vector<int64_t> period(static_cast<size_t>(n_in), 0);  // > 0: a broadcast input
   for (int r = 0; r < n_in; ++r) {
-    inputs[static_cast<size_t>(r)] = static_cast<const float*>(ctx.in[static_cast<size_t>(r)].raw_data());
-    if (ctx.in[static_cast<size_t>(r)].numel() == 1) scalars[static_cast<size_t>(r)] = inputs[static_cast<size_t>(r)][0];
+    const auto ru = static_cast<size_t>(r);
+    inputs[ru] = static_cast<const float*>(ctx.in[ru].raw_data());
+    if (ctx.in[ru].numel() == 1) scalars[ru] = inputs[ru][0];
+    if (periodic(ctx, ru)) period[ru] = ctx.in[ru].numel();
   }
   float* out = static_cast<float*>(ctx.out[0].raw_data());
   parallel_for(numel, kElementwiseGrain, [&](int64_t begin, int64_t end) {
@@ -165,11 +189,15 @@ void k_fused_elementwise(OpContext& ctx) {
     src.resize(static_cast<size_t>(n_regs));
     auto block = [&](int r) { return scratch.data() + static_cast<size_t>(block_of[static_cast<size_t>(r)]) * kChunk; };
     for (int r = 0; r < n_in; ++r)
-      if (block_of[static_cast<size_t>(r)] >= 0) std::fill_n(block(r), kChunk, scalars[static_cast<size_t>(r)]);
+      if (block_of[static_cast<size_t>(r)] >= 0 && period[static_cast<size_t>(r)] == 0)
+        std::fill_n(block(r), kChunk, scalars[static_cast<size_t>(r)]);
     for (int64_t i = begin; i < end; i += kChunk) {
       const int64_t m = std::min(kChunk, end - i);
-      for (int r = 0; r < n_in; ++r)
-        src[static_cast<size_t>(r)] = block_of[static_cast<size_t>(r)] >= 0 ? block(r) : inputs[static_cast<size_t>(r)] + i;
+      for (int r = 0; r < n_in; ++r) {
+        const auto ru = static_cast<size_t>(r);
+        if (period[ru] > 0) fill_periodic(inputs[ru], period[ru], i, block(r), m);
+        src[ru] = block_of[ru] >= 0 ? block(r) : inputs[ru] + i;
+      }
       for (size_t k = 0; k < prog.size(); ++k) {
         const Instr& in = prog[k];
         const int r = n_in + static_cast<int>(k);

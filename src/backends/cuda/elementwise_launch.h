@@ -70,8 +70,9 @@ void launch_where(DType dtype, const EwOperand& cond, const EwOperand& x, const 
 // ---- fused_elementwise -------------------------------------------------------------
 
 // A program of f32 unary/binary instructions evaluated per element in registers.
-// Operand references: kFusedInput | k reads input k (its element i, or element 0 when
-// bit k of scalar_mask is set); a value below kFusedInput reads scratch slot `ref`.
+// Operand references: kFusedInput | k reads input k (its element i, element 0 when
+// bit k of scalar_mask is set, element i % period[k] when period[k] > 0: an input
+// broadcast along leading dims); a value below kFusedInput reads scratch slot `ref`.
 // Instruction k writes slot `dst`, except the last, which writes the output.
 constexpr int kFusedMaxInputs = 64;
 constexpr int kFusedMaxInstrs = 64;
@@ -86,6 +87,7 @@ struct FusedInstr {
 struct FusedProgram {
   const float* in[kFusedMaxInputs];
   uint64_t scalar_mask = 0;
+  int64_t period[kFusedMaxInputs] = {};  // 0: an input of the output's size
   int n_in = 0;
   int n_instr = 0;
   int n_slots = 0;  // slots used (<= kFusedMaxSlots)

@@ -59,7 +59,9 @@ bool compile(const std::vector<Instr>& prog, std::span<const Tensor> in, int64_t
   fp.scalar_mask = 0;
   for (int k = 0; k < n_in; ++k) {
     fp.in[k] = static_cast<const float*>(in[static_cast<size_t>(k)].raw_data());
-    if (in[static_cast<size_t>(k)].numel() == 1 && numel != 1) fp.scalar_mask |= uint64_t{1} << k;
+    const int64_t size = in[static_cast<size_t>(k)].numel();
+    if (size == 1 && numel != 1) fp.scalar_mask |= uint64_t{1} << k;
+    fp.period[k] = size > 1 && size < numel ? size : 0;  // broadcast along leading dims
   }
   // Last reader of each instruction result.
   std::vector<int> last_use(static_cast<size_t>(n_in + n_instr), -1);

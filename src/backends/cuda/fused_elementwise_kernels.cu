@@ -22,6 +22,15 @@ __device__ __forceinline__ void fetch(const FusedProgram& prog, uint8_t ref, int
       for (int j = 0; j < V; ++j) v[j] = s;
       return;
     }
+    if (const int64_t period = prog.period[k]; period > 0) {
+      int64_t i = base % period;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        v[j] = base + j < n ? p[i] : 0.0f;
+        i = i + 1 == period ? 0 : i + 1;
+      }
+      return;
+    }
     if constexpr (V == 4) {
       if (full) {
         const float4 q = *reinterpret_cast<const float4*>(p + base);
@@ -90,7 +99,7 @@ void launch_fused_elementwise(const FusedProgram& prog, float* out, int64_t n, c
     // amortised over four values.
     bool vec = aligned16(out);
     for (int k = 0; k < prog.n_in; ++k)
-      if (!((prog.scalar_mask >> k) & 1)) vec = vec && aligned16(prog.in[k]);
+      if (!((prog.scalar_mask >> k) & 1) && prog.period[k] == 0) vec = vec && aligned16(prog.in[k]);
     fused_kernel<4, 8><<<grid_for((n + 3) / 4), kThreads, 0, stream>>>(prog, out, n, vec);
   } else {
     // Wide programs: one element per thread keeps the scratch at 128 bytes.

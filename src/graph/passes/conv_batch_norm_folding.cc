@@ -13,6 +13,7 @@
 namespace kiln::graph {
 namespace {
 
+using pass_util::insert_constant;
 using pass_util::is_op;
 
 const Tensor* constant(const Graph& g, ValueRef v) {
@@ -20,29 +21,12 @@ const Tensor* constant(const Graph& g, ValueRef v) {
   return n.kind == NodeKind::kConstant && n.constant.dtype() == DType::kF32 ? &n.constant : nullptr;
 }
 
-// Inserts a constant node before node `pos`; every reference to a node at or after
-// `pos` moves up by one.
-ValueRef insert_constant(Graph& g, int pos, Tensor value) {
-  auto shift = [&](ValueRef& v) {
-    if (v.node >= pos) ++v.node;
-  };
-  for (Node& n : g.nodes)
-    for (ValueRef& v : n.inputs) shift(v);
-  for (ValueRef& v : g.outputs) shift(v);
-  for (Assignment& a : g.assignments) shift(a.value);
-  Node c;
-  c.kind = NodeKind::kConstant;
-  c.outputs = {{value.shape(), value.dtype()}};
-  c.constant = std::move(value);
-  g.nodes.insert(g.nodes.begin() + pos, std::move(c));
-  return {pos, 0};
-}
 
 }  // namespace
 
 void fold_conv_batch_norm(Graph& g) {
   bool folded_any = false;
-  std::map<ValueRef, int> uses = pass_util::count_uses(g);
+  std::map<ValueRef, int> uses = count_uses(g);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (!is_op(g.nodes[i], "batch_norm_inference")) continue;
     const ValueRef cv = g.nodes[i].inputs[0];
@@ -85,7 +69,7 @@ void fold_conv_batch_norm(Graph& g) {
     replace_uses(g, {bn_at, 0}, {conv_at, 0});
     i = static_cast<size_t>(bn_at);
     folded_any = true;
-    uses = pass_util::count_uses(g);  // the inserts moved the keys (rare: once per folded pair)
+    uses = count_uses(g);  // the inserts moved the keys (rare: once per folded pair)
   }
   // The batch norms and the old filters are dead: drop them now, so that the fusion
   // passes see the convolutions' single readers.

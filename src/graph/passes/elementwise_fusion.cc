@@ -2,7 +2,8 @@
 // lists them) whose intermediate values have no reader outside the tree becomes one
 // fused_elementwise node, which runs the tree as a program over L1-sized blocks: one
 // pass over memory and one dispatch instead of one per op. Inputs of the tree may be
-// of the output's shape or single elements (scalar constants).
+// of the output's shape, single elements (scalar constants) or broadcast along leading
+// dims (a bias row, a per-channel scale in NHWC).
 //
 // Grouping: from the last node backwards, a fusable node not yet in a group roots a
 // new one; producers are taken highest index first, and one joins when it is fusable,
@@ -29,7 +30,8 @@ bool fusable(const Graph& g, const Node& n) {
   if (out.dtype != DType::kF32 || n.inputs.size() != (binary ? 2u : 1u)) return false;
   for (ValueRef v : n.inputs) {
     const TensorMeta& m = g.meta(v);
-    if (m.dtype != DType::kF32 || (m.shape != out.shape && m.shape.numel() != 1)) return false;
+    if (m.dtype != DType::kF32 || (m.shape != out.shape && !ops::broadcasts_along_leading_dims(m.shape, out.shape)))
+      return false;
   }
   return true;
 }

@@ -12,7 +12,7 @@ namespace kiln::graph {
 using pass_util::is_op;
 
 void fuse_matmul_bias_activation(Graph& g) {
-  std::map<ValueRef, int> uses = pass_util::count_uses(g);
+  std::map<ValueRef, int> uses = count_uses(g);
   std::map<ValueRef, int> reader;  // the single op reader of a value, if any
   for (size_t i = 0; i < g.nodes.size(); ++i)
     for (ValueRef v : g.nodes[i].inputs) reader[v] = static_cast<int>(i);

@@ -1,21 +1,27 @@
 #pragma once
 // Helpers the rewriting passes share (internal to src/graph/passes/).
-#include <map>
-
-#include "kiln/graph/graph.h"
+#include "kiln/graph/passes.h"
 
 namespace kiln::graph::pass_util {
 
 inline bool is_op(const Node& n, const char* name) { return n.kind == NodeKind::kOp && n.op->name == name; }
 
-// How many times each value is read: by node inputs, graph outputs and assignments.
-inline std::map<ValueRef, int> count_uses(const Graph& g) {
-  std::map<ValueRef, int> uses;
-  for (const Node& n : g.nodes)
-    for (ValueRef v : n.inputs) ++uses[v];
-  for (ValueRef v : g.outputs) ++uses[v];
-  for (const Assignment& a : g.assignments) ++uses[a.value];
-  return uses;
+// Inserts a constant node before node `pos`; every reference to a node at or after
+// `pos` moves up by one.
+inline ValueRef insert_constant(Graph& g, int pos, Tensor value) {
+  auto shift = [&](ValueRef& v) {
+    if (v.node >= pos) ++v.node;
+  };
+  for (Node& n : g.nodes)
+    for (ValueRef& v : n.inputs) shift(v);
+  for (ValueRef& v : g.outputs) shift(v);
+  for (Assignment& a : g.assignments) shift(a.value);
+  Node c;
+  c.kind = NodeKind::kConstant;
+  c.outputs = {{value.shape(), value.dtype()}};
+  c.constant = std::move(value);
+  g.nodes.insert(g.nodes.begin() + pos, std::move(c));
+  return {pos, 0};
 }
 
 }  // namespace kiln::graph::pass_util

@@ -9,18 +9,16 @@
 
 namespace kiln::graph {
 
-// Not in kiln/graph/passes.h yet (found through passes() by name; add it there when
-// that header next changes).
-void fuse_pool_backward_relu(Graph& g);
-
 const std::vector<Pass>& passes() {
   // Order: fold and simplify first (they expose duplicates and dead nodes), then
   // merge duplicates, then drop what nothing reads.
   static const std::vector<Pass> kPasses = {
       {"constant_folding", 1, fold_constants},
+      {"shape_simplification", 1, simplify_shapes},
       {"algebraic_simplification", 1, simplify_algebra},
       {"common_subexpression_elimination", 1, eliminate_common_subexpressions},
       {"conv_batch_norm_folding", 2, fold_conv_batch_norm},
+      {"normalization_pattern_fusion", 2, fuse_normalization_patterns},
       // Only with KILN_AUTO_MIXED_PRECISION set (kiln/graph/auto_mixed_precision.h);
       // before the fusions, whose fused kernels are f32.
       {"auto_mixed_precision", 2, auto_mixed_precision_from_env},
@@ -30,6 +28,15 @@ const std::vector<Pass>& passes() {
       {"dead_code_elimination", 1, eliminate_dead_code},
   };
   return kPasses;
+}
+
+std::map<ValueRef, int> count_uses(const Graph& g) {
+  std::map<ValueRef, int> uses;
+  for (const Node& n : g.nodes)
+    for (ValueRef v : n.inputs) ++uses[v];
+  for (ValueRef v : g.outputs) ++uses[v];
+  for (const Assignment& a : g.assignments) ++uses[a.value];
+  return uses;
 }
 
 void replace_uses(Graph& g, ValueRef from, ValueRef to) {

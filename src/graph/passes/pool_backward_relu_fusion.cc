@@ -12,7 +12,7 @@ namespace kiln::graph {
 
 void fuse_pool_backward_relu(Graph& g) {
   using pass_util::is_op;
-  std::map<ValueRef, int> uses = pass_util::count_uses(g);
+  std::map<ValueRef, int> uses = count_uses(g);
   for (Node& r : g.nodes) {
     if (!is_op(r, "relu_grad") || r.inputs.size() != 2) continue;
     const ValueRef pv = r.inputs[0];
