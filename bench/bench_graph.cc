@@ -9,7 +9,8 @@
 //   chain_mem/<n>: 30 cheap elementwise ops on n floats (memory-bound: fusion's case);
 //   norm_softmax_by_hand/<rows>: layer norm + softmax written out of primitive ops over
 //     [rows, 512] (the normalisation pattern fusion's case);
-//   model_train_step/cnn:<0|1>: Model::train_step of the built-in mlp (0) or cnn (1),
+//   model_train_step/cnn:<0|1>/batch:<128|32>: Model::train_step of the built-in mlp
+//     (0) or cnn (1) at batch 128 (bench/train_compare.sh's) and 32 (fit's default),
 //     traced (fit's default) vs run_eagerly.
 // Run: build/default/bin/bench_graph --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include "kiln/autodiff/tape.h"
@@ -147,8 +148,8 @@ void norm_softmax_by_hand(benchmark::State& st, bool traced) {
       {x}, traced);
 }
 
-// Model::train_step of the CLI's built-in models (Adam, sparse cross-entropy, batch
-// 128): "kiln" = the traced step fit runs by default, "peer" = run_eagerly.
+// Model::train_step of the CLI's built-in models (Adam, sparse cross-entropy):
+// "kiln" = the traced step fit runs by default, "peer" = run_eagerly.
 train::ModelPtr builtin(bool cnn) {
   namespace L = train::layers;
   set_seed(1);
@@ -170,17 +171,24 @@ void model_train_step(benchmark::State& st, bool traced) {
   train::CompileOptions co{train::optimizers::Adam(), {train::losses::SparseCategoricalCrossentropy(true)}, {"accuracy"}};
   co.run_eagerly = !traced;
   m->compile(co);
-  Tensor x = cnn ? ops::random_uniform({128, 28, 28, 1}, 0, 1, DType::kF32, 9)
-                 : ops::random_uniform({128, 784}, 0, 1, DType::kF32, 9);
-  Tensor y = ops::cast(ops::random_uniform({128}, 0, 10, DType::kF32, 10), DType::kI32);
+  const int64_t batch = st.range(1);
+  Tensor x = cnn ? ops::random_uniform({batch, 28, 28, 1}, 0, 1, DType::kF32, 9)
+                 : ops::random_uniform({batch, 784}, 0, 1, DType::kF32, 9);
+  Tensor y = ops::cast(ops::random_uniform({batch}, 0, 10, DType::kF32, 10), DType::kI32);
   for (int i = 0; i < 3; ++i) m->train_step({x}, {y});  // build, trace
   for (auto _ : st) benchmark::DoNotOptimize(m->train_step({x}, {y}));
 }
 
 }  // namespace
 
-BENCHMARK_CAPTURE(model_train_step, kiln, true)->ArgName("cnn")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(model_train_step, peer, false)->ArgName("cnn")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(model_train_step, kiln, true)
+    ->ArgNames({"cnn", "batch"})
+    ->ArgsProduct({{0, 1}, {128, 32}})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(model_train_step, peer, false)
+    ->ArgNames({"cnn", "batch"})
+    ->ArgsProduct({{0, 1}, {128, 32}})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mlp_forward, kiln, true)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(mlp_forward, peer, false)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(mlp_train_step, kiln, true)->Arg(128)->Unit(benchmark::kMicrosecond);
