@@ -246,17 +246,16 @@ void fuse_normalization_patterns(Graph& g) {
       if (r) m.nodes.insert(static_cast<int>(i));
     }
     if (!r || !m.closed(static_cast<int>(i), uses)) continue;
-    // Constants for a missing gamma or beta go right before the node (which moves, and
-    // so do the absorbed nodes after it).
+    // Constants for a missing gamma or beta go right before the node, which moves, and
+    // so do the nodes absorbed earlier that come after it (every input of the fused node
+    // comes before it and stays).
     const int at = static_cast<int>(i);
     int inserted = 0;
-    for (size_t k = 0; k < r->missing.size(); ++k) {
-      if (!r->missing[k].defined()) continue;
-      for (ValueRef& v : r->inputs)
-        if (v.node >= at + inserted) ++v.node;
-      r->inputs[k + 1] = pass_util::insert_constant(g, at + inserted, r->missing[k]);
-      ++inserted;
-    }
+    for (size_t k = 0; k < r->missing.size(); ++k)
+      if (r->missing[k].defined()) {
+        r->inputs[k + 1] = pass_util::insert_constant(g, at + inserted, r->missing[k]);
+        ++inserted;
+      }
     if (inserted > 0) {
       std::set<int> shifted;
       for (int a : absorbed) shifted.insert(a >= at ? a + inserted : a);
