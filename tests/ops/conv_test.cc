@@ -1,6 +1,8 @@
 // conv2d (forward, backward data, backward filter) and 2-d pooling against NumPy
 // references (scripts/fixtures/gen_nn.py), adjoint identities, f32 (oneDNN) vs
 // f64 (direct loop) agreement, and typed errors.
+#include <cmath>
+
 #include "kiln/ops/nn.h"
 #include "op_table.h"
 
@@ -277,6 +279,42 @@ TEST(PoolErrors, TypedErrors) {
   EXPECT_KILN_ERROR(max_pool2d(x, {7, 2}, {1, 1}), kInvalidArgument, "smaller than the effective window");
   EXPECT_KILN_ERROR(global_avg_pool2d(Tensor::zeros({2, 3})), kInvalidArgument, "rank 4");
   EXPECT_KILN_ERROR(global_max_pool2d(x, "HWCN"), kInvalidArgument, "data_format");
+}
+
+// The NHWC 2x2/2 fast path (src/backends/cpu/pool_kernels.cc max_pool_nhwc_2x2) against
+// windows computed here: odd sizes (the last row/column dropped), channel counts that are
+// not a vector multiple, -inf, and NaN windows (NaN wins, as in the generic loop).
+TEST(Pool, MaxPool2x2StridedMatchesWindowsComputedByHand) {
+  for (const auto& dims : std::vector<std::vector<int64_t>>{{2, 28, 28, 32}, {3, 9, 7, 5}, {1, 4, 6, 1}}) {
+    const int64_t N = dims[0], H = dims[1], W = dims[2], C = dims[3];
+    Tensor x = rand_tensor(Shape(dims), DType::kF32, -3, 3, 41);
+    float* xp = x.data<float>();
+    xp[0] = NAN;                                         // window (0, 0, 0), channel 0
+    xp[C + std::min<int64_t>(1, C - 1)] = -INFINITY;    // inside window (0, 0, 0)
+    if (H >= 4) xp[(2 * W + 3) * C] = NAN;               // window (0, 1, 1), second entry
+    Tensor y = max_pool2d(x, {2, 2}, {2, 2});
+    ASSERT_EQ(y.shape(), Shape({N, H / 2, W / 2, C}));
+    const float* yp = y.data<float>();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t oh = 0; oh < H / 2; ++oh)
+        for (int64_t ow = 0; ow < W / 2; ++ow)
+          for (int64_t c = 0; c < C; ++c) {
+            float want = -INFINITY;
+            bool nan = false;
+            for (int64_t dh = 0; dh < 2; ++dh)
+              for (int64_t dw = 0; dw < 2; ++dw) {
+                const float e = xp[((n * H + 2 * oh + dh) * W + 2 * ow + dw) * C + c];
+                nan = nan || std::isnan(e);
+                want = std::max(want, e);
+              }
+            const float got = yp[((n * (H / 2) + oh) * (W / 2) + ow) * C + c];
+            if (nan) {
+              ASSERT_TRUE(std::isnan(got)) << n << " " << oh << " " << ow << " " << c;
+            } else {
+              ASSERT_EQ(got, want) << n << " " << oh << " " << ow << " " << c;
+            }
+          }
+  }
 }
 
 TEST(Pool, MaxPoolIgnoresPaddingForNegativeInputs) {

@@ -92,12 +92,49 @@ void max_pool_nhwc(const Pool2dGeometry& g, const T* x, T* y) {
                });
 }
 
+// NHWC 2x2 windows with stride 2 and no padding (the usual downsampling): each output
+// pixel is the elementwise max of four contiguous channel runs, one streaming pass with
+// no per-window bookkeeping (the generic loop is bound by it: 2x slower for u8; f32
+// [64,28,28,32] 387 -> 183 us). f32 keeps the loop's rule: a NaN in a window wins.
+template <typename T>
+bool max_pool_nhwc_2x2(const Pool2dGeometry& g, const T* x, T* y) {
+  const auto& v = g.win;
+  if (g.nchw || v.kh != 2 || v.kw != 2 || v.sh != 2 || v.sw != 2 || v.pt != 0 || v.pl != 0 || v.dh != 1 ||
+      v.dw != 1 || v.oh * 2 > g.h || v.ow * 2 > g.w)
+    return false;
+  const int64_t C = g.c, row = g.w * C;
+  const int64_t grain = std::max<int64_t>(1, 65536 / static_cast<int64_t>(sizeof(T)) / std::max<int64_t>(v.ow * C * 4, 1));
+  parallel_for(g.n * v.oh, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const int64_t n = r / v.oh, oh = r % v.oh;
+      const T* r0 = x + (n * g.h + 2 * oh) * row;
+      const T* r1 = r0 + row;
+      T* out = y + r * v.ow * C;
+      for (int64_t ow = 0; ow < v.ow; ++ow) {
+        const T *a = r0 + 2 * ow * C, *b = a + C, *c = r1 + 2 * ow * C, *d = c + C;
+        T* o = out + ow * C;
+        if constexpr (std::is_integral_v<T>) {
+#pragma omp simd
+          for (int64_t k = 0; k < C; ++k) o[k] = std::max(std::max(a[k], b[k]), std::max(c[k], d[k]));
+        } else {
+          auto pick = [](T m, T e) { return (e > m || e != e) ? e : m; };  // NaN sticks once taken
+#pragma omp simd
+          for (int64_t k = 0; k < C; ++k) o[k] = pick(pick(pick(a[k], b[k]), c[k]), d[k]);
+        }
+      }
+    }
+  });
+  return true;
+}
+
 template <bool kMax>
 void pool_f32(OpContext& ctx) {
   const Pool2dGeometry g = pool2d_geometry(kMax ? "max_pool2d" : "avg_pool2d", ctx.in[0].shape(), ctx.attrs);
   if (ctx.out[0].numel() == 0) return;
   if (kMax && !g.nchw) {
-    max_pool_nhwc<float>(g, static_cast<const float*>(ctx.in[0].raw_data()), static_cast<float*>(ctx.out[0].raw_data()));
+    const float* x = static_cast<const float*>(ctx.in[0].raw_data());
+    float* y = static_cast<float*>(ctx.out[0].raw_data());
+    if (!max_pool_nhwc_2x2(g, x, y)) max_pool_nhwc<float>(g, x, y);
     return;
   }
   const auto& v = g.win;
@@ -122,38 +159,12 @@ void pool_f32(OpContext& ctx) {
   }
 }
 
-// NHWC 2x2 windows with stride 2 and no padding (the usual downsampling), u8: each
-// output pixel is the byte-wise max of four contiguous channel runs, one pass with no
-// per-window bookkeeping (the generic loop is bound by it here: 2x slower).
-bool max_pool_nhwc_2x2_u8(const Pool2dGeometry& g, const uint8_t* x, uint8_t* y) {
-  const auto& v = g.win;
-  if (g.nchw || v.kh != 2 || v.kw != 2 || v.sh != 2 || v.sw != 2 || v.pt != 0 || v.pl != 0 || v.dh != 1 ||
-      v.dw != 1 || v.oh * 2 > g.h || v.ow * 2 > g.w)
-    return false;
-  const int64_t C = g.c, row = g.w * C;
-  parallel_for(g.n * v.oh, std::max<int64_t>(1, 65536 / std::max<int64_t>(v.ow * C * 4, 1)), [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      const int64_t n = r / v.oh, oh = r % v.oh;
-      const uint8_t* r0 = x + (n * g.h + 2 * oh) * row;
-      const uint8_t* r1 = r0 + row;
-      uint8_t* out = y + r * v.ow * C;
-      for (int64_t ow = 0; ow < v.ow; ++ow) {
-        const uint8_t *a = r0 + 2 * ow * C, *b = a + C, *c = r1 + 2 * ow * C, *d = c + C;
-        uint8_t* o = out + ow * C;
-#pragma omp simd
-        for (int64_t k = 0; k < C; ++k) o[k] = std::max(std::max(a[k], b[k]), std::max(c[k], d[k]));
-      }
-    }
-  });
-  return true;
-}
-
 void max_pool_u8(OpContext& ctx) {
   const Pool2dGeometry g = pool2d_geometry("max_pool2d", ctx.in[0].shape(), ctx.attrs);
   if (ctx.out[0].numel() == 0) return;
   const uint8_t* x = ctx.in[0].data<uint8_t>();
   uint8_t* y = ctx.out[0].data<uint8_t>();
-  if (max_pool_nhwc_2x2_u8(g, x, y)) return;
+  if (max_pool_nhwc_2x2(g, x, y)) return;
   if (g.nchw) pool_loop<uint8_t, true>(g, x, y);
   else max_pool_nhwc<uint8_t>(g, x, y);
 }
