@@ -28,7 +28,7 @@ namespace kiln::graph {
 struct AmpLists {
   std::set<std::string> allow;  // always 16-bit: matmul, conv2d and its gradients
   std::set<std::string> infer;  // 16-bit between 16-bit ops: elementwise, activations, pooling
-  std::set<std::string> clear;  // follow their inputs: reshape, transpose, concat, slice, ...
+  std::set<std::string> clear;  // follow their inputs: reshape, transpose, concat, pad, stop_gradient
 };
 const AmpLists& default_amp_lists();
 

@@ -21,7 +21,7 @@ const AmpLists& default_amp_lists() {
       {"matmul", "conv2d", "conv2d_backward_data", "conv2d_backward_filter"},
       {"add", "sub", "mul", "neg", "maximum", "minimum", "relu", "relu_grad", "leaky_relu", "gelu", "tanh", "sigmoid",
        "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward"},
-      {"reshape", "transpose", "concat", "slice", "squeeze", "expand_dims", "pad", "identity", "stop_gradient"},
+      {"reshape", "transpose", "concat", "pad", "stop_gradient"},
   };
   return lists;
 }

@@ -3,6 +3,7 @@
 // 64 MiB are left alone (they would bloat the graph), and so are random ops that draw
 // new numbers each run.
 #include "kiln/graph/passes.h"
+#include "pass_util.h"
 
 namespace kiln::graph {
 
@@ -16,16 +17,11 @@ void fold_constants(Graph& g) {
     if (!all_const || static_cast<size_t>(m.shape.numel()) * dtype_size(m.dtype) > kMaxBytes) continue;
     std::vector<Tensor> in;
     for (ValueRef v : n.inputs) in.push_back(g.nodes[static_cast<size_t>(v.node)].constant);
-    // Not recorded by an enclosing trace or tape: this is compile time.
-    OpObserver* prev = set_op_observer(nullptr);
     Tensor value;
-    try {
+    {
+      pass_util::Untraced compile_time;
       value = call_op1(*n.op, in, n.attrs);
-    } catch (...) {
-      set_op_observer(prev);
-      throw;
     }
-    set_op_observer(prev);
     n.kind = NodeKind::kConstant;
     n.constant = value;
     n.inputs.clear();

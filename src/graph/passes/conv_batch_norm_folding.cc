@@ -43,21 +43,16 @@ void fold_conv_batch_norm(Graph& g) {
     const Tensor *gamma = constant(g, g.nodes[i].inputs[3]), *beta = constant(g, g.nodes[i].inputs[4]);
     if (!w || (conv.inputs.size() > 2 && !b) || !mean || !var || !gamma || !beta) continue;
 
-    // Compile time: not recorded by an enclosing trace or tape.
-    OpObserver* prev = set_op_observer(nullptr);
     Tensor w2, b2;
-    try {
+    {
+      pass_util::Untraced compile_time;
       const double eps = g.nodes[i].attrs.get_float("eps");
       const int64_t c = mean->numel();
       Tensor s = ops::mul(*gamma, ops::rsqrt(ops::add(*var, ops::scalar(static_cast<float>(eps)))));
       // HWIO: output channels last; OIHW: first.
       w2 = ops::mul(*w, nhwc ? ops::reshape(s, {1, 1, 1, c}) : ops::reshape(s, {c, 1, 1, 1}));
       b2 = ops::add(ops::mul(b ? ops::sub(*b, *mean) : ops::neg(*mean), s), *beta);
-    } catch (...) {
-      set_op_observer(prev);
-      throw;
     }
-    set_op_observer(prev);
 
     int conv_at = cv.node, bn_at = static_cast<int>(i);
     const ValueRef wv = insert_constant(g, conv_at, w2);

@@ -6,6 +6,19 @@ namespace kiln::graph::pass_util {
 
 inline bool is_op(const Node& n, const char* name) { return n.kind == NodeKind::kOp && n.op->name == name; }
 
+// While alive, ops run by a pass (folding, new constants) are compile-time work: no
+// enclosing trace or tape records them.
+class Untraced {
+ public:
+  Untraced() : prev_(set_op_observer(nullptr)) {}
+  ~Untraced() { set_op_observer(prev_); }
+  Untraced(const Untraced&) = delete;
+  Untraced& operator=(const Untraced&) = delete;
+
+ private:
+  OpObserver* prev_;
+};
+
 // Inserts a constant node before node `pos`; every reference to a node at or after
 // `pos` moves up by one.
 inline ValueRef insert_constant(Graph& g, int pos, Tensor value) {
