@@ -1,11 +1,16 @@
-// CPU matmul: oneDNN for f32 (and bf16/f16 where the CPU has native support);
-// otherwise bf16/f16 widen to f32; f64 and integers use a cache-blocked loop.
+// CPU matmul: oneDNN for f32 (and bf16/f16 where the CPU has native support), except
+// a few rows against a constant B (small_gemm.h); otherwise bf16/f16 widen to f32;
+// f64 and integers use a cache-blocked loop.
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "kernel_util.h"
+#include "kiln/core/kernel_cache.h"
 #include "kiln/core/parallel.h"
 #include "onednn.h"
+#include "small_gemm.h"
 
 namespace kiln::cpu {
 namespace {
@@ -35,6 +40,25 @@ MatmulGeom geometry(const OpContext& ctx) {
   return g;
 }
 
+// A graph's matmul with a few rows against a constant B [K, N] (or [N, K]): the
+// small-M kernel with B packed once per node (small_gemm.h). A's batch dims, if any,
+// are more rows (B has none). False when this does not apply.
+bool small_gemm_with_constant_b(const OpContext& ctx, const MatmulGeom& g, const float* bias, bool relu) {
+  const auto& d = g.d;
+  const int64_t rows = g.batch * d.M;
+  if (d.trans_a || ctx.in[1].shape().rank() != 2 || !small_gemm::supports(rows, d.K, d.N)) return false;
+  KernelCache* cache = current_kernel_cache();
+  if (!cache || !cache->constant_input(1)) return false;
+  const std::string key = "small gemm B " + std::to_string(d.K) + "x" + std::to_string(d.N) + (d.trans_b ? " T" : "");
+  auto packed = cache->get<std::vector<float>>(key, [&] {
+    std::vector<float> v(small_gemm::packed_size(d.K, d.N));
+    small_gemm::pack(ctx.in[1].data<float>(), d.K, d.N, d.trans_b, v.data());
+    return v;
+  });
+  small_gemm::run(ctx.in[0].data<float>(), rows, d.K, d.N, packed->data(), bias, relu, ctx.out[0].data<float>());
+  return true;
+}
+
 void matmul_f32(OpContext& ctx) {
   if (ctx.out[0].numel() == 0) return;
   MatmulGeom g = geometry(ctx);
@@ -42,6 +66,7 @@ void matmul_f32(OpContext& ctx) {
     std::memset(ctx.out[0].raw_data(), 0, ctx.out[0].nbytes());
     return;
   }
+  if (small_gemm_with_constant_b(ctx, g, nullptr, false)) return;
   onednn::gemm(g.d, DType::kF32, ctx.in[0].raw_data(), ctx.in[1].raw_data(), ctx.out[0].raw_data());
 }
 
@@ -102,6 +127,7 @@ void fused_matmul_f32(OpContext& ctx) {
   const bool relu = ctx.attrs.get_string("activation", "") == "relu";
   const float* bias = ctx.in[2].data<float>();
   float* c = ctx.out[0].data<float>();
+  if (g.d.K > 0 && small_gemm_with_constant_b(ctx, g, bias, relu)) return;
   // oneDNN's bias/ReLU post-processing costs more than a plain loop over a few rows
   // (measured: batch-1 MLP layers 10% slower fused), so small M adds them here.
   if (g.d.K == 0 || g.d.M < 32) {
