@@ -2,9 +2,13 @@
 //   matmul f32/bf16 vs oneDNN called directly;
 //   elementwise add/mul/exp on 64 MiB f32 vs STREAM-style loops (copy and the same op);
 //   eager dispatch overhead of a tiny add;
+//   dense_784x256/<rows>: relu(x @ w + b) for 1-16 rows against constant weights, kiln
+//   (a traced function: the small-M kernel up to 8 rows, src/backends/cpu/small_gemm.h;
+//   KILN_SMALL_GEMM=0 for oneDNN) vs oneDNN's matmul with bias and ReLU post-ops;
 //   the cnn's 3x3 32->64 NHWC convolution (14x14, batch 1/64/128), forward, backward
-//   data and backward filter: kiln (its direct kernel; KILN_DIRECT_CONV=0 for oneDNN)
-//   vs oneDNN's primitives called directly (filters pre-reordered to its layout).
+//   data and backward filter, and its first layer 3x3 1->32 (28x28) forward: kiln (its
+//   direct kernel; KILN_DIRECT_CONV=0 for oneDNN) vs oneDNN's primitives called
+//   directly (filters pre-reordered to its layout).
 // Run: build/release/bin/bench_ops --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
@@ -14,6 +18,7 @@
 #include <vector>
 
 #include "backends/cpu/vecmath.h"
+#include "kiln/graph/function.h"
 #include "kiln/kiln.h"
 #include "ratio_reporter.h"
 
@@ -69,9 +74,12 @@ BENCHMARK(BM_matmul_f32_peer)->Name("matmul_f32/peer")->Arg(256)->Arg(512)->Arg(
 BENCHMARK(BM_matmul_bf16_kiln)->Name("matmul_bf16/kiln")->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_matmul_bf16_peer)->Name("matmul_bf16/peer")->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// ---- conv2d: the cnn's second layer -------------------------------------------------
+// ---- conv2d: the cnn's second layer (and its first, forward) ------------------------
 
-constexpr int64_t kConvH = 14, kConvC = 32, kConvO = 64;
+struct ConvLayer {
+  int64_t h, c, o;  // h x h input, c -> o channels, 3x3 "same"
+};
+constexpr ConvLayer kConv2{14, 32, 64}, kConv1{28, 1, 32};
 
 ops::Conv2dOptions same_conv() {
   ops::Conv2dOptions o;
@@ -79,35 +87,35 @@ ops::Conv2dOptions same_conv() {
   return o;
 }
 
-void conv_counters(benchmark::State& st, int64_t n) {
-  st.counters["GFLOPs"] = benchmark::Counter(2.0 * n * kConvH * kConvH * kConvO * kConvC * 9,
+void conv_counters(benchmark::State& st, const ConvLayer& l, int64_t n) {
+  st.counters["GFLOPs"] = benchmark::Counter(2.0 * n * l.h * l.h * l.o * l.c * 9,
                                              benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 // pass: 0 forward, 1 backward data, 2 backward filter.
-void conv_kiln(benchmark::State& st, int pass) {
+void conv_kiln(benchmark::State& st, int pass, const ConvLayer& l = kConv2) {
   const int64_t n = st.range(0);
-  Tensor x = ops::random_uniform({n, kConvH, kConvH, kConvC}, -1, 1, DType::kF32, 1);
-  Tensor w = ops::random_uniform({3, 3, kConvC, kConvO}, -1, 1, DType::kF32, 2);
-  Tensor dy = ops::random_uniform({n, kConvH, kConvH, kConvO}, -1, 1, DType::kF32, 3);
+  Tensor x = ops::random_uniform({n, l.h, l.h, l.c}, -1, 1, DType::kF32, 1);
+  Tensor w = ops::random_uniform({3, 3, l.c, l.o}, -1, 1, DType::kF32, 2);
+  Tensor dy = ops::random_uniform({n, l.h, l.h, l.o}, -1, 1, DType::kF32, 3);
   for (auto _ : st) {
     Tensor r = pass == 0   ? ops::conv2d(x, w, same_conv())
                : pass == 1 ? ops::conv2d_backward_data(dy, w, x.shape(), same_conv())
                            : ops::conv2d_backward_filter(x, dy, w.shape(), same_conv());
     benchmark::DoNotOptimize(r.raw_data());
   }
-  conv_counters(st, n);
+  conv_counters(st, l, n);
 }
 
-void conv_onednn(benchmark::State& st, int pass) {
+void conv_onednn(benchmark::State& st, int pass, const ConvLayer& l = kConv2) {
   using namespace dnnl;
   const int64_t n = st.range(0);
   engine eng(engine::kind::cpu, 0);
   stream s(eng);
   const auto f32 = memory::data_type::f32;
-  memory::desc src({n, kConvC, kConvH, kConvH}, f32, memory::format_tag::nhwc);
-  memory::desc dst({n, kConvO, kConvH, kConvH}, f32, memory::format_tag::nhwc);
-  memory::desc wany({kConvO, kConvC, 3, 3}, f32, memory::format_tag::any);
+  memory::desc src({n, l.c, l.h, l.h}, f32, memory::format_tag::nhwc);
+  memory::desc dst({n, l.o, l.h, l.h}, f32, memory::format_tag::nhwc);
+  memory::desc wany({l.o, l.c, 3, 3}, f32, memory::format_tag::any);
   const memory::dims one{1, 1}, none{0, 0};
   convolution_forward::desc fd(prop_kind::forward_training, algorithm::convolution_direct, src, wany, dst, one, none,
                                one, one);
@@ -145,7 +153,7 @@ void conv_onednn(benchmark::State& st, int pass) {
     prim.execute(s, args);
     s.wait();
   }
-  conv_counters(st, n);
+  conv_counters(st, l, n);
 }
 
 void BM_conv_fwd_kiln(benchmark::State& st) { conv_kiln(st, 0); }
@@ -154,6 +162,8 @@ void BM_conv_bwd_data_kiln(benchmark::State& st) { conv_kiln(st, 1); }
 void BM_conv_bwd_data_peer(benchmark::State& st) { conv_onednn(st, 1); }
 void BM_conv_bwd_filter_kiln(benchmark::State& st) { conv_kiln(st, 2); }
 void BM_conv_bwd_filter_peer(benchmark::State& st) { conv_onednn(st, 2); }
+void BM_conv1_fwd_kiln(benchmark::State& st) { conv_kiln(st, 0, kConv1); }
+void BM_conv1_fwd_peer(benchmark::State& st) { conv_onednn(st, 0, kConv1); }
 #define KILN_CONV_BENCH(fn, name) \
   BENCHMARK(fn)->Name(name)->Arg(1)->Arg(64)->Arg(128)->Unit(benchmark::kMicrosecond)->UseRealTime()
 KILN_CONV_BENCH(BM_conv_fwd_kiln, "conv3x3_32to64_fwd/kiln");
@@ -162,6 +172,8 @@ KILN_CONV_BENCH(BM_conv_bwd_data_kiln, "conv3x3_32to64_bwd_data/kiln");
 KILN_CONV_BENCH(BM_conv_bwd_data_peer, "conv3x3_32to64_bwd_data/peer");
 KILN_CONV_BENCH(BM_conv_bwd_filter_kiln, "conv3x3_32to64_bwd_filter/kiln");
 KILN_CONV_BENCH(BM_conv_bwd_filter_peer, "conv3x3_32to64_bwd_filter/peer");
+KILN_CONV_BENCH(BM_conv1_fwd_kiln, "conv3x3_1to32_fwd/kiln");
+KILN_CONV_BENCH(BM_conv1_fwd_peer, "conv3x3_1to32_fwd/peer");
 #undef KILN_CONV_BENCH
 
 // ---- elementwise on 64 MiB ---------------------------------------------------------
@@ -243,6 +255,48 @@ BENCHMARK(BM_exp_kiln)->Name("exp_vs_copy_64MiB/kiln")->Unit(benchmark::kMillise
 BENCHMARK(BM_exp_peer)->Name("exp_vs_copy_64MiB/peer")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_copy_kiln)->Name("clone_vs_copy_64MiB/kiln")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_copy_peer)->Name("clone_vs_copy_64MiB/peer")->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// ---- a dense layer at small batch, constant weights ----------------------------------
+
+constexpr int64_t kDenseK = 784, kDenseN = 256;
+
+void BM_dense_small_kiln(benchmark::State& st) {
+  const int64_t rows = st.range(0);
+  const Tensor w = ops::random_uniform({kDenseK, kDenseN}, -1, 1, DType::kF32, 1);
+  const Tensor b = ops::random_uniform({kDenseN}, -1, 1, DType::kF32, 2);
+  Function f = function(
+      [&](const std::vector<Tensor>& x) { return std::vector<Tensor>{ops::relu(ops::add(ops::matmul(x[0], w), b))}; });
+  const std::vector<Tensor> x{ops::random_uniform({rows, kDenseK}, -1, 1, DType::kF32, 3)};
+  for (auto _ : st) benchmark::DoNotOptimize(f(x)[0].raw_data());
+}
+
+void BM_dense_small_peer(benchmark::State& st) {
+  using namespace dnnl;
+  const int64_t rows = st.range(0);
+  engine eng(engine::kind::cpu, 0);
+  stream s(eng);
+  const auto f32 = memory::data_type::f32;
+  memory::desc ad({rows, kDenseK}, f32, memory::format_tag::ab), wd({kDenseK, kDenseN}, f32, memory::format_tag::ab);
+  memory::desc bd({1, kDenseN}, f32, memory::format_tag::ab), cd({rows, kDenseN}, f32, memory::format_tag::ab);
+  post_ops po;
+  po.append_eltwise(1.0f, algorithm::eltwise_relu, 0.0f, 0.0f);
+  primitive_attr attr;
+  attr.set_post_ops(po);
+  matmul::primitive_desc pd(matmul::desc(ad, wd, bd, cd), attr, eng);
+  matmul mm(pd);
+  memory a(ad, eng), w(wd, eng), b(bd, eng), c(cd, eng);
+  for (memory* m : {&a, &w, &b}) {
+    float* p = static_cast<float*>(m->get_data_handle());
+    for (size_t i = 0; i < m->get_desc().get_size() / sizeof(float); ++i) p[i] = std::sin(static_cast<float>(i));
+  }
+  for (auto _ : st) {
+    mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, c}});
+    s.wait();
+  }
+  st.SetLabel(pd.impl_info_str());
+}
+BENCHMARK(BM_dense_small_kiln)->Name("dense_784x256/kiln")->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_dense_small_peer)->Name("dense_784x256/peer")->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // ---- eager dispatch ------------------------------------------------------------------
 

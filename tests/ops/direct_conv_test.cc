@@ -42,6 +42,21 @@ std::vector<Problem> problems() {
       problem(2, 4, 30, 8, 32, 3, 1, {1, 1, 0, 0}),    // a wide row: many tiles
   };
   for (int64_t w = 1; w <= 13; ++w) ps.push_back(problem(1, 3, w, 8, 16, 3, 3, {1, 1, 1, 1}));  // widths 1..13
+  // Fewer than 8 input channels (the small tile: kw * c taps known at compile time).
+  const std::vector<Problem> few = {
+      problem(2, 28, 28, 1, 32, 3, 3, {1, 1, 1, 1}),  // the cnn's first layer
+      problem(1, 9, 10, 1, 16, 5, 5, {2, 2, 2, 2}),   // 5x5, 16-channel groups
+      problem(2, 7, 9, 3, 48, 3, 3, {1, 1, 1, 1}),    // RGB 3x3 (9 taps), o not a multiple of 32
+      problem(1, 6, 13, 2, 64, 3, 3, {0, 1, 1, 0}),   // 2 channels, asymmetric pads
+      problem(1, 5, 11, 1, 32, 1, 7, {0, 0, 3, 3}),   // 1x7: 7 taps
+      problem(1, 4, 4, 1, 32, 1, 1, {0, 0, 0, 0}),    // 1x1: 1 tap
+      problem(1, 3, 5, 4, 16, 2, 2, {1, 0, 0, 1}),    // 4 channels x 2 columns: 8 taps
+  };
+  ps.insert(ps.end(), few.begin(), few.end());
+  for (int64_t w = 1; w <= 13; ++w) {  // every tile width of both group sizes
+    ps.push_back(problem(1, 2, w, 1, 32, 3, 3, {1, 1, 1, 1}));
+    ps.push_back(problem(1, 2, w, 3, 16, 3, 3, {1, 1, 1, 1}));
+  }
   return ps;
 }
 
@@ -120,7 +135,11 @@ TEST(DirectConv, ShapesItDoesNotHandle) {
   q.o = 24;  // not a multiple of 16
   EXPECT_FALSE(dc::supports(q));
   q = p;
-  q.c = 4;  // too few input channels to pay
+  q.c = 4;  // 4 channels x 3 columns: too many taps for the small tile, too few channels for the other
+  EXPECT_FALSE(dc::supports(q));
+  q.c = 3;  // RGB 3x3: 9 taps, the small tile
+  EXPECT_TRUE(dc::supports(q));
+  q.kw = 5;  // 15 taps
   EXPECT_FALSE(dc::supports(q));
   q = p;
   q.pt = -1;  // a backward problem whose forward padding exceeds the filter

@@ -73,6 +73,112 @@ using TileFn = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, const 
                         bool);
 constexpr TileFn kTiles[kMaxTile + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
 
+// Whether p takes small_tile: fewer than 8 input channels and kw * c <= kMaxSmallTaps.
+constexpr int64_t kMaxSmallTaps = 9;  // 3x3 on RGB
+bool few_channels(const Problem& p) { return p.c < 8 && p.kw * p.c <= kMaxSmallTaps; }
+// Output channels per filter block: 16 (tile()), or 32 for small_tile when o allows.
+int64_t block_width(const Problem& p) { return few_channels(p) && p.o % 32 == 0 ? 32 : kBlock; }
+
+// Few input channels (the first layer: 1 grey or 3 colour channels): kw * c taps per
+// filter row, too few for tile()'s runtime loop to pay for its overhead (measured: the
+// cnn's 1-channel layer ran slower than oneDNN that way). This tile knows the taps at
+// compile time and keeps NB x 8 output channels (a group: 32, or 16 when o is not a
+// multiple of 32) of R pixels in registers: out[r*ldo + 0..8NB-1] = sum over (i, j) of
+// in[i*ldr + r*c + j] * w[(i*KWC + j)*8NB + 0..8NB-1], j < KWC = kw * c.
+template <int KWC, int NB, int R>
+void small_tile(const float* in, int64_t ldr, int64_t c, int64_t kh, const float* w, const float* bias, float* out,
+                int64_t ldo, bool relu) {
+  static_assert((NB == 2 && R <= 6) || (NB == 4 && R <= 3));
+  // Named accumulators from zero (an array of them, indexed in loops, GCC 12 spills to
+  // the stack on every filter row); the unused ones are dead code.
+  const __m256 z = _mm256_setzero_ps();
+  __m256 a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z, a20 = z, a21 = z, a22 = z, a23 = z;
+  __m256 a30 = z, a31 = z, a32 = z, a33 = z, a40 = z, a41 = z, a42 = z, a43 = z, a50 = z, a51 = z, a52 = z, a53 = z;
+  for (int64_t i = 0; i < kh; ++i) {
+    const float* ip = in + i * ldr;
+    const float* wp = w + i * KWC * 8 * NB;
+    for (int j = 0; j < KWC; ++j) {
+      const float* wj = wp + j * 8 * NB;
+      const __m256 w0 = _mm256_loadu_ps(wj), w1 = _mm256_loadu_ps(wj + 8);
+      const __m256 w2 = NB > 2 ? _mm256_loadu_ps(wj + 16) : z, w3 = NB > 2 ? _mm256_loadu_ps(wj + 24) : z;
+      __m256 x;
+#define KILN_SMALL_STEP(r)                       \
+  if constexpr (R > r) {                         \
+    x = _mm256_broadcast_ss(ip + r * c + j);     \
+    a##r##0 = _mm256_fmadd_ps(x, w0, a##r##0);   \
+    a##r##1 = _mm256_fmadd_ps(x, w1, a##r##1);   \
+    if constexpr (NB > 2) {                      \
+      a##r##2 = _mm256_fmadd_ps(x, w2, a##r##2); \
+      a##r##3 = _mm256_fmadd_ps(x, w3, a##r##3); \
+    }                                            \
+  }
+      KILN_SMALL_STEP(0) KILN_SMALL_STEP(1) KILN_SMALL_STEP(2)
+      if constexpr (NB == 2) {
+        KILN_SMALL_STEP(3) KILN_SMALL_STEP(4) KILN_SMALL_STEP(5)
+      }
+#undef KILN_SMALL_STEP
+    }
+  }
+  const __m256 b0 = _mm256_loadu_ps(bias), b1 = _mm256_loadu_ps(bias + 8);
+  const __m256 b2 = NB > 2 ? _mm256_loadu_ps(bias + 16) : z, b3 = NB > 2 ? _mm256_loadu_ps(bias + 24) : z;
+  auto put = [&](float* o, __m256 v, __m256 b) {
+    v = _mm256_add_ps(v, b);
+    _mm256_storeu_ps(o, relu ? _mm256_max_ps(v, z) : v);
+  };
+#define KILN_SMALL_STORE(r)                      \
+  if constexpr (R > r) {                         \
+    put(out + r * ldo, a##r##0, b0);             \
+    put(out + r * ldo + 8, a##r##1, b1);         \
+    if constexpr (NB > 2) {                      \
+      put(out + r * ldo + 16, a##r##2, b2);      \
+      put(out + r * ldo + 24, a##r##3, b3);      \
+    }                                            \
+  }
+  KILN_SMALL_STORE(0) KILN_SMALL_STORE(1) KILN_SMALL_STORE(2)
+  if constexpr (NB == 2) {
+    KILN_SMALL_STORE(3) KILN_SMALL_STORE(4) KILN_SMALL_STORE(5)
+  }
+#undef KILN_SMALL_STORE
+}
+
+using SmallTileFn = void (*)(const float*, int64_t, int64_t, int64_t, const float*, const float*, float*, int64_t,
+                             bool);
+// small_tile<kwc, nb, r>: r <= 12 / nb (12 accumulators).
+template <int KWC, int NB>
+SmallTileFn small_tile_for_width(int r) {
+  switch (r) {
+    case 1: return small_tile<KWC, NB, 1>;
+    case 2: return small_tile<KWC, NB, 2>;
+    case 3: return small_tile<KWC, NB, 3>;
+  }
+  if constexpr (NB == 2) {
+    switch (r) {
+      case 4: return small_tile<KWC, NB, 4>;
+      case 5: return small_tile<KWC, NB, 5>;
+      case 6: return small_tile<KWC, NB, 6>;
+    }
+  }
+  return nullptr;
+}
+template <int KWC>
+SmallTileFn small_tile_for_group(int nb, int r) {
+  return nb == 4 ? small_tile_for_width<KWC, 4>(r) : small_tile_for_width<KWC, 2>(r);
+}
+SmallTileFn small_tile_for(int64_t kwc, int nb, int r) {
+  switch (kwc) {
+    case 1: return small_tile_for_group<1>(nb, r);
+    case 2: return small_tile_for_group<2>(nb, r);
+    case 3: return small_tile_for_group<3>(nb, r);
+    case 4: return small_tile_for_group<4>(nb, r);
+    case 5: return small_tile_for_group<5>(nb, r);
+    case 6: return small_tile_for_group<6>(nb, r);
+    case 7: return small_tile_for_group<7>(nb, r);
+    case 8: return small_tile_for_group<8>(nb, r);
+    case 9: return small_tile_for_group<9>(nb, r);
+  }
+  return nullptr;
+}
+
 // Calls fn(n, r0, r1) for the (image n, output row r) pairs u = n * oh + r in [u0, u1),
 // one call per image.
 template <typename F>
@@ -114,19 +220,25 @@ const float* pad_rows(const Problem& p, const float* x, int64_t n, int64_t b0, i
 void rows(const Problem& p, const float* x, const float* packed, const float* bias, float* y, bool relu, int64_t n,
           int64_t r0, int64_t r1) {
   const int64_t c = p.c, oh = p.oh(), ow = p.ow(), row = (p.w + p.pl + p.pr) * c, block = block_rows(p);
-  const int64_t tiles = (ow + kMaxTile - 1) / kMaxTile;
+  const int64_t bw = block_width(p), max_tile = 96 / bw, taps = p.kh * p.kw * c;  // 12 accumulators a tile
+  const int64_t tiles = (ow + max_tile - 1) / max_tile;
+  const bool small = few_channels(p);
+  SmallTileFn small_fns[kMaxTile + 1] = {};
+  if (small)
+    for (int r = 1; r <= max_tile; ++r) small_fns[r] = small_tile_for(p.kw * c, static_cast<int>(bw / 8), r);
   for (int64_t b0 = r0; b0 < r1; b0 += block) {
     const int64_t b1 = std::min(r1, b0 + block);
     const float* buf = pad_rows(p, x, n, b0, b1 - b0 + p.kh - 1);
-    for (int64_t cb = 0; cb < p.o / kBlock; ++cb) {
-      const float* w = packed + cb * p.kh * p.kw * c * kBlock;
+    for (int64_t cb = 0; cb < p.o / bw; ++cb) {
+      const float* w = packed + cb * taps * bw;
       for (int64_t r = b0; r < b1; ++r) {
-        float* out = y + ((n * oh + r) * ow) * p.o + cb * kBlock;
+        float* out = y + ((n * oh + r) * ow) * p.o + cb * bw;
         const float* in = buf + (r - b0) * row;
         // Balanced tiles: widths differ by at most one (14 -> 5, 5, 4).
         for (int64_t t = 0, col = 0; t < tiles; ++t) {
           const int64_t width = (ow - col) / (tiles - t);
-          kTiles[width](in + col * c, row, c, p.kh, p.kw * c, w, bias + cb * kBlock, out + col * p.o, p.o, relu);
+          if (small) small_fns[width](in + col * c, row, c, p.kh, w, bias + cb * bw, out + col * p.o, p.o, relu);
+          else kTiles[width](in + col * c, row, c, p.kh, p.kw * c, w, bias + cb * bw, out + col * p.o, p.o, relu);
           col += width;
         }
       }
@@ -214,16 +326,26 @@ bool handles(const Problem& p) {
 
 }  // namespace
 
-bool supports(const Problem& p) { return p.c >= 8 && handles(p); }
+bool supports(const Problem& p) {
+#ifdef KILN_DIRECT_CONV_AVX2
+  if (p.c < 8 && !few_channels(p)) return false;
+#endif
+  return handles(p);
+}
 
 size_t packed_size(const Problem& p) { return size_t(p.kh * p.kw * p.c * p.o); }
 
 void pack_filter(const Problem& p, const float* hwio, float* packed) {
-  // packed[cb][i][j][k][16] = hwio[i][j][k][cb*16 + 0..15]
+  // packed[cb][i][j][k][bw] = hwio[i][j][k][cb*bw + 0..bw-1], bw = 16 (or 32: small_tile)
   const int64_t taps = p.kh * p.kw * p.c;
-  for (int64_t cb = 0; cb < p.o / kBlock; ++cb)
+#ifdef KILN_DIRECT_CONV_AVX2
+  const int64_t bw = block_width(p);
+#else
+  const int64_t bw = kBlock;
+#endif
+  for (int64_t cb = 0; cb < p.o / bw; ++cb)
     for (int64_t t = 0; t < taps; ++t)
-      std::memcpy(packed + (cb * taps + t) * kBlock, hwio + t * p.o + cb * kBlock, sizeof(float) * kBlock);
+      std::memcpy(packed + (cb * taps + t) * bw, hwio + t * p.o + cb * bw, sizeof(float) * bw);
 }
 
 Problem backward_data_problem(const Problem& f) {
