@@ -18,9 +18,16 @@
 namespace kiln::graph {
 namespace {
 
-std::string key_of(const std::vector<TensorMeta>& in) {
+// The plan cache's key: the device, then each input's dtype, rank and dims as raw bytes
+// (looked up on every run: no formatting).
+std::string key_of(const std::vector<TensorMeta>& in, Device device) {
   std::string k;
-  for (const TensorMeta& m : in) k += std::string(dtype_name(m.dtype)) + m.shape.str() + ";";
+  auto put = [&k](int64_t v) { k.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(static_cast<int64_t>(device.type)), put(device.index);
+  for (const TensorMeta& m : in) {
+    put(static_cast<int64_t>(m.dtype)), put(m.shape.rank());
+    for (int64_t d : m.shape.dims()) put(d);
+  }
   return k;
 }
 
@@ -259,7 +266,7 @@ Device Executor::run_device(const std::vector<Tensor>& inputs) const {
 
 std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>& inputs, Device device) {
   std::lock_guard<std::mutex> lock(mu_);
-  const std::string key = key_of(inputs) + device.str();
+  const std::string key = key_of(inputs, device);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   if (static_cast<int>(inputs.size()) != graph_.num_inputs)
     throw InvalidArgumentError("graph: expected " + std::to_string(graph_.num_inputs) + " inputs, got " +

@@ -19,9 +19,15 @@ struct Function::State {
 };
 
 namespace {
+// The concrete-function cache's key: each argument's dtype, rank and dims as raw bytes
+// (built on every call: no formatting).
 std::string signature_key(const std::vector<Tensor>& args) {
   std::string k;
-  for (const Tensor& t : args) k += std::string(dtype_name(t.dtype())) + t.shape().str() + ";";
+  auto put = [&k](int64_t v) { k.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  for (const Tensor& t : args) {
+    put(static_cast<int64_t>(t.dtype())), put(t.rank());
+    for (int64_t d : t.shape().dims()) put(d);
+  }
   return k;
 }
 
@@ -35,15 +41,15 @@ void check_signature(const FunctionOptions& o, const std::vector<Tensor>& args) 
                                " tensors, got " + std::to_string(args.size()) + " arguments");
   for (size_t i = 0; i < args.size(); ++i) {
     const TensorSpec& s = sig[i];
-    std::string want = std::string(dtype_name(s.dtype)) + "[";
-    for (size_t d = 0; d < s.shape.size(); ++d) want += (d ? ", " : "") + std::to_string(s.shape[d]);
-    want += "]";
+    auto mismatch = [&] {
+      std::string want = std::string(dtype_name(s.dtype)) + "[";
+      for (size_t d = 0; d < s.shape.size(); ++d) want += (d ? ", " : "") + std::to_string(s.shape[d]);
+      fail(i, "is " + args[i].desc() + ", the signature wants " + want + "]");
+    };
     if (!args[i].defined()) fail(i, "is undefined");
-    if (args[i].dtype() != s.dtype || args[i].rank() != static_cast<int>(s.shape.size()))
-      fail(i, "is " + args[i].desc() + ", the signature wants " + want);
+    if (args[i].dtype() != s.dtype || args[i].rank() != static_cast<int>(s.shape.size())) mismatch();
     for (int d = 0; d < args[i].rank(); ++d)
-      if (s.shape[static_cast<size_t>(d)] >= 0 && s.shape[static_cast<size_t>(d)] != args[i].dim(d))
-        fail(i, "is " + args[i].desc() + ", the signature wants " + want);
+      if (s.shape[static_cast<size_t>(d)] >= 0 && s.shape[static_cast<size_t>(d)] != args[i].dim(d)) mismatch();
   }
 }
 }  // namespace
