@@ -65,9 +65,48 @@ std::string name(const Problem& p) {
          std::to_string(p.c) + " o" + std::to_string(p.o) + " k" + std::to_string(p.kh) + "x" + std::to_string(p.kw);
 }
 
+// Both algorithms for 3x3 filters: Winograd F(2x2, 3x3) where it applies, the direct
+// tiles (KILN_WINOGRAD=0, or allow_winograd off).
+std::vector<Problem> both_algorithms(std::vector<Problem> ps) {
+  const size_t n = ps.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (!dc::uses_winograd(ps[i])) continue;
+    Problem q = ps[i];
+    q.allow_winograd = false;
+    ps.push_back(q);
+  }
+  return ps;
+}
+
+std::string name(const Problem& p, bool with_algorithm) {
+  return name(p) + (with_algorithm && dc::uses_winograd(p) ? " winograd" : "");
+}
+
+TEST(DirectConv, WinogradTakesThe3x3LayersItShould) {
+  Problem p = problem(2, 14, 14, 32, 64, 3, 3, {1, 1, 1, 1});
+  EXPECT_TRUE(dc::uses_winograd(p));
+  EXPECT_EQ(dc::packed_size(p), size_t(16 * 32 * 64));  // the transformed filter
+  EXPECT_TRUE(dc::uses_winograd(dc::backward_data_problem(p)));
+  Problem q = p;
+  q.allow_winograd = false;
+  EXPECT_FALSE(dc::uses_winograd(q));
+  EXPECT_FALSE(dc::uses_winograd(dc::backward_data_problem(q)));
+  EXPECT_EQ(dc::packed_size(q), size_t(9 * 32 * 64));
+  q = p;
+  q.kh = q.kw = 5;
+  EXPECT_FALSE(dc::uses_winograd(q));
+  q = p;
+  q.c = 12;  // not a multiple of 8
+  EXPECT_FALSE(dc::uses_winograd(q));
+  q.c = 1;  // the small-channel tile
+  EXPECT_FALSE(dc::uses_winograd(q));
+  ScopedEnv off("KILN_WINOGRAD", "0");
+  EXPECT_FALSE(dc::uses_winograd(p));
+}
+
 TEST(DirectConv, KernelMatchesF64Loops) {
-  for (const Problem& p : problems()) {
-    SCOPED_TRACE(name(p));
+  for (const Problem& p : both_algorithms(problems())) {
+    SCOPED_TRACE(name(p, true));
     ASSERT_TRUE(dc::supports(p)) << "the kernel must handle this shape (built without AVX2?)";
     const Tensor x = rand_tensor({p.n, p.h, p.w, p.c}, DType::kF64, -1, 1, 1);
     const Tensor w = rand_tensor({p.kh, p.kw, p.c, p.o}, DType::kF64, -1, 1, 2);
@@ -90,11 +129,11 @@ TEST(DirectConv, KernelMatchesF64Loops) {
 }
 
 TEST(DirectConv, BackwardDataProblemMatchesF64Loops) {
-  for (Problem p : problems()) {
+  for (Problem p : both_algorithms(problems())) {
     std::swap(p.c, p.o);  // the backward problem's output channels (p.c) must be
                           // a multiple of 16
     if (p.c % 16 != 0 || p.o < 8) continue;
-    SCOPED_TRACE(name(p));
+    SCOPED_TRACE(name(p) + (dc::uses_winograd(dc::backward_data_problem(p)) ? " winograd" : ""));
     const Problem bp = dc::backward_data_problem(p);
     ASSERT_TRUE(dc::supports(bp));
     EXPECT_EQ(bp.oh(), p.h);
@@ -103,7 +142,7 @@ TEST(DirectConv, BackwardDataProblemMatchesF64Loops) {
     const Tensor dy = rand_tensor({p.n, p.oh(), p.ow(), p.o}, DType::kF64, -1, 1, 5);
     const Tensor ref = ops::conv2d_backward_data(dy, w, {p.n, p.h, p.w, p.c}, options(p));
     const Tensor w32 = w.to(DType::kF32), dy32 = dy.to(DType::kF32);
-    std::vector<float> packed(dc::packed_size(p));
+    std::vector<float> packed(dc::packed_size(bp));
     dc::pack_filter_backward(p, w32.data<float>(), packed.data());
     Tensor dx = Tensor::zeros(ref.shape(), DType::kF32);
     dc::run(bp, dy32.data<float>(), packed.data(), nullptr, dx.data<float>(), false);

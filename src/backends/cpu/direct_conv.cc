@@ -197,9 +197,10 @@ int64_t block_rows(const Problem& p) {
 }
 
 // The input rows that output rows [b0, b0 + nrows - kh + 1) of image n read, zero-padded,
-// in a per-thread buffer: row i is input row b0 - pt + i, (w + pl + pr) * c floats.
-const float* pad_rows(const Problem& p, const float* x, int64_t n, int64_t b0, int64_t nrows) {
-  const int64_t c = p.c, row = (p.w + p.pl + p.pr) * c;
+// in a per-thread buffer: row i is input row b0 - pt + i, (w + pl + pr + extra) * c
+// floats (extra: more zero columns on the right).
+const float* pad_rows(const Problem& p, const float* x, int64_t n, int64_t b0, int64_t nrows, int64_t extra = 0) {
+  const int64_t c = p.c, row = (p.w + p.pl + p.pr + extra) * c;
   thread_local std::vector<float> buf;
   if (buf.size() < size_t(nrows * row)) buf.resize(size_t(nrows * row));
   for (int64_t i = 0; i < nrows; ++i) {
@@ -211,7 +212,7 @@ const float* pad_rows(const Problem& p, const float* x, int64_t n, int64_t b0, i
     }
     std::memset(d, 0, sizeof(float) * size_t(p.pl * c));
     std::memcpy(d + p.pl * c, x + ((n * p.h + ih) * p.w) * c, sizeof(float) * size_t(p.w * c));
-    std::memset(d + (p.pl + p.w) * c, 0, sizeof(float) * size_t(p.pr * c));
+    std::memset(d + (p.pl + p.w) * c, 0, sizeof(float) * size_t((p.pr + extra) * c));
   }
   return buf.data();
 }
@@ -312,6 +313,102 @@ void grad_rows(const Problem& p, const float* x, const float* dy, int64_t n, int
 }
 #endif
 
+// ---- Winograd F(2x2, 3x3) ------------------------------------------------------------
+// Y = A^T [U . V] A per 2x2 output tile and channel pair, U = G g G^T (the filter,
+// transformed once), V = B^T d B (the 4x4 input tile): 16 products where the direct
+// loop does 36 (Lavin & Gray 2016). The 16 element-wise products summed over input
+// channels are 16 small GEMMs [tiles x c] x [c x o], run by tile() above (kh = 1, the
+// tiles' transformed inputs c apart). Blocks of up to kMaxTile tiles: input transform
+// into V [16][tiles][c], the GEMMs into M [16][tiles][o], output transform (+ bias,
+// ReLU) into y.
+
+bool winograd_enabled() {
+  const char* v = std::getenv("KILN_WINOGRAD");
+  return !(v && v[0] == '0');
+}
+
+// V[xi][t][0..c) for one tile: d = the 4x4 input tile at `in` (rows ldr apart, pixels c
+// apart), 8 channels at a time.
+void winograd_input(const float* in, int64_t ldr, int64_t c, float* v, int64_t xi_stride) {
+  for (int64_t k = 0; k < c; k += 8) {
+    __m256 d[4][4];
+    for (int r = 0; r < 4; ++r)
+      for (int q = 0; q < 4; ++q) d[r][q] = _mm256_loadu_ps(in + r * ldr + q * c + k);
+    __m256 t[4][4];  // B^T d
+    for (int q = 0; q < 4; ++q) {
+      t[0][q] = _mm256_sub_ps(d[0][q], d[2][q]);
+      t[1][q] = _mm256_add_ps(d[1][q], d[2][q]);
+      t[2][q] = _mm256_sub_ps(d[2][q], d[1][q]);
+      t[3][q] = _mm256_sub_ps(d[1][q], d[3][q]);
+    }
+    for (int r = 0; r < 4; ++r) {  // (B^T d) B
+      float* o = v + (4 * r) * xi_stride + k;
+      _mm256_storeu_ps(o, _mm256_sub_ps(t[r][0], t[r][2]));
+      _mm256_storeu_ps(o + xi_stride, _mm256_add_ps(t[r][1], t[r][2]));
+      _mm256_storeu_ps(o + 2 * xi_stride, _mm256_sub_ps(t[r][2], t[r][1]));
+      _mm256_storeu_ps(o + 3 * xi_stride, _mm256_sub_ps(t[r][1], t[r][3]));
+    }
+  }
+}
+
+// y's 2x2 tile (rows/cols limited to rows x cols at the bottom/right edge) from
+// M[xi][0..o) (xi_stride apart): A^T M A + bias, ReLU.
+void winograd_output(const float* m, int64_t xi_stride, int64_t o, const float* bias, bool relu, float* y,
+                     int64_t ldy_row, int64_t rows, int64_t cols) {
+  const __m256 z = _mm256_setzero_ps();
+  for (int64_t k = 0; k < o; k += 8) {
+    __m256 s[2][4];  // A^T M
+    for (int q = 0; q < 4; ++q) {
+      const __m256 m0 = _mm256_loadu_ps(m + q * xi_stride + k), m1 = _mm256_loadu_ps(m + (4 + q) * xi_stride + k);
+      const __m256 m2 = _mm256_loadu_ps(m + (8 + q) * xi_stride + k), m3 = _mm256_loadu_ps(m + (12 + q) * xi_stride + k);
+      s[0][q] = _mm256_add_ps(_mm256_add_ps(m0, m1), m2);
+      s[1][q] = _mm256_sub_ps(_mm256_sub_ps(m1, m2), m3);
+    }
+    const __m256 b = _mm256_loadu_ps(bias + k);
+    for (int64_t r = 0; r < rows; ++r) {
+      __m256 y0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s[r][0], s[r][1]), s[r][2]), b);
+      __m256 y1 = _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(s[r][1], s[r][2]), s[r][3]), b);
+      if (relu) y0 = _mm256_max_ps(y0, z), y1 = _mm256_max_ps(y1, z);
+      _mm256_storeu_ps(y + r * ldy_row + k, y0);
+      if (cols > 1) _mm256_storeu_ps(y + r * ldy_row + o + k, y1);
+    }
+  }
+}
+
+// Output tile rows [i0, i1) of image n (each 2 output rows; tw tiles of 2 columns a row).
+void winograd_rows(const Problem& p, const float* x, const float* u, const float* bias, float* y, bool relu,
+                   int64_t n, int64_t i0, int64_t i1) {
+  const int64_t c = p.c, o = p.o, oh = p.oh(), ow = p.ow(), tw = (ow + 1) / 2;
+  // Zero columns so the last tile's 4 input columns exist when ow is odd.
+  const int64_t extra = 2 * tw + 2 - (p.w + p.pl + p.pr), row = (p.w + p.pl + p.pr + extra) * c;
+  const float* buf = pad_rows(p, x, n, 2 * i0, 2 * (i1 - i0) + 2, extra);
+  thread_local std::vector<float> vbuf, mbuf;
+  vbuf.resize(size_t(16 * kMaxTile * c));
+  mbuf.resize(size_t(16 * kMaxTile * o));
+  float* v = vbuf.data();
+  float* m = mbuf.data();
+  thread_local std::vector<float> zeros;
+  if (zeros.size() < size_t(o)) zeros.assign(size_t(o), 0.0f);
+  const int64_t tiles = (i1 - i0) * tw, blocks = (tiles + kMaxTile - 1) / kMaxTile;
+  for (int64_t b = 0, t0 = 0; b < blocks; ++b) {
+    const int64_t nt = (tiles - t0) / (blocks - b);  // balanced: sizes differ by at most one
+    for (int64_t t = 0; t < nt; ++t) {
+      const int64_t i = (t0 + t) / tw, j = (t0 + t) % tw;
+      winograd_input(buf + 2 * i * row + 2 * j * c, row, c, v + t * c, kMaxTile * c);
+    }
+    for (int64_t xi = 0; xi < 16; ++xi)
+      for (int64_t ob = 0; ob < o / kBlock; ++ob)
+        kTiles[nt](v + xi * kMaxTile * c, 0, c, 1, c, u + (xi * (o / kBlock) + ob) * c * kBlock, zeros.data(),
+                   m + xi * kMaxTile * o + ob * kBlock, o, false);
+    for (int64_t t = 0; t < nt; ++t) {
+      const int64_t i = i0 + (t0 + t) / tw, j = (t0 + t) % tw;
+      winograd_output(m + t * o, kMaxTile * o, o, bias, relu, y + ((n * oh + 2 * i) * ow + 2 * j) * o, ow * o,
+                      std::min<int64_t>(2, oh - 2 * i), std::min<int64_t>(2, ow - 2 * j));
+    }
+    t0 += nt;
+  }
+}
+
 // What both kernels need: compiled in, not turned off, a non-empty problem, o a
 // multiple of 16 and no negative padding.
 bool handles(const Problem& p) {
@@ -324,7 +421,22 @@ bool handles(const Problem& p) {
 #endif
 }
 
+#ifdef KILN_DIRECT_CONV_AVX2
+bool winograd_applies(const Problem& p) {
+  return p.allow_winograd && p.kh == 3 && p.kw == 3 && p.c >= 8 && p.c % 8 == 0 && handles(p) && winograd_enabled();
+}
+#endif
+
 }  // namespace
+
+bool uses_winograd(const Problem& p) {
+#ifdef KILN_DIRECT_CONV_AVX2
+  return winograd_applies(p);
+#else
+  (void)p;
+  return false;
+#endif
+}
 
 bool supports(const Problem& p) {
 #ifdef KILN_DIRECT_CONV_AVX2
@@ -333,9 +445,42 @@ bool supports(const Problem& p) {
   return handles(p);
 }
 
-size_t packed_size(const Problem& p) { return size_t(p.kh * p.kw * p.c * p.o); }
+size_t packed_size(const Problem& p) { return size_t((uses_winograd(p) ? 16 : p.kh * p.kw) * p.c * p.o); }
 
 void pack_filter(const Problem& p, const float* hwio, float* packed) {
+  if (uses_winograd(p)) {
+    // U = G g G^T per (input, output) channel, G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1],
+    // as U[xi = 4 * row + col][o/16][c][16].
+    const int64_t ob = p.o / kBlock;
+    for (int64_t ci = 0; ci < p.c; ++ci)
+      for (int64_t b = 0; b < ob; ++b) {
+        float u[16][kBlock];  // 16 output channels at a time (the loops over l vectorise)
+        const float* g = hwio + ci * p.o + b * kBlock;  // g(i, j)[l] = g[(i * 3 + j) * c * o + l]
+        auto at = [&](int i, int j, int64_t l) { return g[(i * 3 + j) * p.c * p.o + l]; };
+        for (int j = 0; j < 3; ++j) {
+          float gg[4][kBlock];  // G g, column j
+          for (int64_t l = 0; l < kBlock; ++l) {
+            gg[0][l] = at(0, j, l);
+            gg[1][l] = 0.5f * (at(0, j, l) + at(1, j, l) + at(2, j, l));
+            gg[2][l] = 0.5f * (at(0, j, l) - at(1, j, l) + at(2, j, l));
+            gg[3][l] = at(2, j, l);
+          }
+          for (int r = 0; r < 4; ++r)
+            for (int64_t l = 0; l < kBlock; ++l) u[4 * r + j][l] = gg[r][l];  // columns 0..2 for now
+        }
+        for (int r = 0; r < 4; ++r)  // (G g) G^T: columns 0..2 -> 0..3
+          for (int64_t l = 0; l < kBlock; ++l) {
+            const float q0 = u[4 * r][l], q1 = u[4 * r + 1][l], q2 = u[4 * r + 2][l];
+            u[4 * r][l] = q0;
+            u[4 * r + 1][l] = 0.5f * (q0 + q1 + q2);
+            u[4 * r + 2][l] = 0.5f * (q0 - q1 + q2);
+            u[4 * r + 3][l] = q2;
+          }
+        for (int xi = 0; xi < 16; ++xi)
+          std::memcpy(packed + ((xi * ob + b) * p.c + ci) * kBlock, u[xi], sizeof(float) * kBlock);
+      }
+    return;
+  }
   // packed[cb][i][j][k][bw] = hwio[i][j][k][cb*bw + 0..bw-1], bw = 16 (or 32: small_tile)
   const int64_t taps = p.kh * p.kw * p.c;
 #ifdef KILN_DIRECT_CONV_AVX2
@@ -364,20 +509,22 @@ Problem backward_data_problem(const Problem& f) {
   b.pb = f.kh - 1 - f.pb;
   b.pl = f.kw - 1 - f.pl;
   b.pr = f.kw - 1 - f.pr;
+  b.allow_winograd = f.allow_winograd;
   return b;
 }
 
 void pack_filter_backward(const Problem& f, const float* hwio, float* packed) {
-  // The backward problem's filter: wb[i][j][o][c] = hwio[kh-1-i][kw-1-j][c][o],
-  // packed by 16 input channels c.
-  for (int64_t cb = 0; cb < f.c / kBlock; ++cb)
-    for (int64_t i = 0; i < f.kh; ++i)
-      for (int64_t j = 0; j < f.kw; ++j)
-        for (int64_t o = 0; o < f.o; ++o) {
-          float* d = packed + (((cb * f.kh + i) * f.kw + j) * f.o + o) * kBlock;
-          const float* s = hwio + (((f.kh - 1 - i) * f.kw + (f.kw - 1 - j)) * f.c + cb * kBlock) * f.o + o;
-          for (int64_t k = 0; k < kBlock; ++k) d[k] = s[k * f.o];
-        }
+  // The backward problem's HWIO filter wb[i][j][o][c] = hwio[kh-1-i][kw-1-j][c][o], then
+  // packed for that problem.
+  thread_local std::vector<float> wb;
+  wb.resize(size_t(f.kh * f.kw * f.c * f.o));
+  for (int64_t i = 0; i < f.kh; ++i)
+    for (int64_t j = 0; j < f.kw; ++j)
+      for (int64_t o = 0; o < f.o; ++o)
+        for (int64_t k = 0; k < f.c; ++k)
+          wb[size_t(((i * f.kw + j) * f.o + o) * f.c + k)] =
+              hwio[(((f.kh - 1 - i) * f.kw + (f.kw - 1 - j)) * f.c + k) * f.o + o];
+  pack_filter(backward_data_problem(f), wb.data(), packed);
 }
 
 bool supports_backward_filter(const Problem& p) { return handles(p); }
@@ -427,6 +574,14 @@ void run(const Problem& p, const float* x, const float* packed, const float* bia
   }
   const int64_t oh = p.oh(), units = p.n * oh;
   const int64_t macs = units * p.ow() * p.o * p.kh * p.kw * p.c;
+  if (winograd_applies(p)) {  // (image, tile row) ranges per thread
+    const int64_t th = (oh + 1) / 2, tile_rows = p.n * th;
+    parallel_for(tile_rows, onednn::runs_serial(macs) ? tile_rows : 1, [&](int64_t u0, int64_t u1) {
+      by_image(u0, u1, th,
+               [&](int64_t n, int64_t i0, int64_t i1) { winograd_rows(p, x, packed, bias, y, relu, n, i0, i1); });
+    });
+    return;
+  }
   // Contiguous (image, output row) ranges per thread; small problems stay on
   // this thread.
   parallel_for(units, onednn::runs_serial(macs) ? units : 1, [&](int64_t u0, int64_t u1) {

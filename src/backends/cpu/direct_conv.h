@@ -30,12 +30,21 @@ struct Problem {
   int64_t o = 0;                           // output channels
   int64_t kh = 1, kw = 1;                  // filter size
   int64_t pt = 0, pb = 0, pl = 0, pr = 0;  // zero padding
+  bool allow_winograd = true;              // false: the direct tiles even where Winograd applies
   int64_t oh() const { return h + pt + pb - kh + 1; }
   int64_t ow() const { return w + pl + pr - kw + 1; }
 };
 
 // Whether run() handles `p` (and the kernel is compiled in and not turned off).
 bool supports(const Problem& p);
+
+// Whether run() takes the Winograd F(2x2, 3x3) path for `p` (3x3 filters, c a multiple
+// of 8, p.allow_winograd, KILN_WINOGRAD not 0): 16 multiplies per 2x2 output tile and
+// channel pair instead of 36, the filter transformed by pack_filter (so a filter packed
+// under one answer must not be run under the other). Measured on the cnn's 3x3 32->64
+// layer (docs/benchmarks.md "Winograd"): forward 1.1-1.6x and backward data 1.5x the
+// direct tiles at batch 64-128; errors stay within 1e-4 of f64 loops.
+bool uses_winograd(const Problem& p);
 
 // Floats of a packed filter for `p`.
 size_t packed_size(const Problem& p);
@@ -45,7 +54,8 @@ void pack_filter(const Problem& p, const float* hwio, float* packed);
 
 // The input gradient of `fwd` as a forward problem over dy [n, oh, ow, o]
 // giving dx [n, h, w, c]; its filter comes from the forward HWIO filter by
-// pack_filter_backward. Check supports() on the returned problem.
+// pack_filter_backward (packed_size(backward_data_problem(fwd)) floats). Check supports()
+// on the returned problem.
 Problem backward_data_problem(const Problem& fwd);
 void pack_filter_backward(const Problem& fwd, const float* hwio, float* packed);
 
