@@ -1,7 +1,10 @@
 #pragma once
 // A direct f32 NHWC convolution for the shapes of typical CNN layers: stride 1,
 // no dilation, one group, output channels a multiple of 16 and at least 8 input
-// channels (the filter gradient takes any). It replaces oneDNN 2.6's jit:avx2 kernel
+// channels, or fewer with kw * c <= 9 taps (first layers on grey or RGB images: a
+// tile with the taps known at compile time); the filter gradient takes any. 3x3
+// layers with c a multiple of 8 run Winograd F(2x2, 3x3) instead (uses_winograd()).
+// It replaces oneDNN 2.6's jit:avx2 kernel
 // for those shapes (forward; backward data, the same convolution with the filter
 // flipped and transposed; the filter gradient): that kernel runs at 65-75% of the
 // FMA peak on AVX2. On the cnn's 3x3 32->64 layer at batch 64-128 this one is
