@@ -115,9 +115,12 @@ TEST_F(ParallelBranches, ConvTrainingGradientsMatchEager) {
   ASSERT_EQ(got.size(), 2u);
   EXPECT_CLOSE(got[0], want[0], 1e-4, 1e-3);
   EXPECT_CLOSE(got[1], want[1], 1e-4, 1e-3);
+  // Sequentially the filter gradients split their sums over two threads, inside a branch
+  // over one: the same sums in another order (Winograd's transformed terms are a few times
+  // larger than the direct products, hence not 1e-5).
   const std::vector<Tensor> seq = run_sequential(g, {x, w1, w2});
-  EXPECT_CLOSE(got[0], seq[0], 1e-5, 1e-4);
-  EXPECT_CLOSE(got[1], seq[1], 1e-5, 1e-4);
+  EXPECT_CLOSE(got[0], seq[0], 1e-4, 1e-3);
+  EXPECT_CLOSE(got[1], seq[1], 1e-4, 1e-3);
 }
 
 TEST(ParallelInvoke, RunsBothAndRethrows) {

@@ -154,8 +154,8 @@ TEST(DirectConv, FilterGradientMatchesF64Loops) {
   std::vector<Problem> ps = problems();
   ps.push_back(problem(3, 28, 28, 1, 32, 3, 3, {1, 1, 1, 1}));  // the cnn's first layer: c = 1
   ps.push_back(problem(2, 6, 5, 3, 16, 2, 2, {1, 0, 0, 1}));    // c = 3, even filter, asymmetric pads
-  for (const Problem& p : ps) {
-    SCOPED_TRACE(name(p));
+  for (const Problem& p : both_algorithms(ps)) {
+    SCOPED_TRACE(name(p, true));
     ASSERT_TRUE(dc::supports_backward_filter(p));
     const Tensor x = rand_tensor({p.n, p.h, p.w, p.c}, DType::kF64, -1, 1, 10);
     const Tensor dy = rand_tensor({p.n, p.oh(), p.ow(), p.o}, DType::kF64, -1, 1, 11);

@@ -409,6 +409,73 @@ void winograd_rows(const Problem& p, const float* x, const float* u, const float
   }
 }
 
+// The filter gradient by the same transform: dU[xi][c][o] = sum over tiles of
+// V[xi][t][c] * W[xi][t][o], V = B^T d B as above, W = A dY A^T (the tile's 2x2 output
+// gradient, zeros past the edge), then dw = G^T dU G. The 16 sums over tiles run on
+// grad_tile() (the tiles as its pixels), blocks of kWinogradGradTiles tiles.
+constexpr int64_t kWinogradGradTiles = 64;
+
+// W[xi][0..o) for one tile: dy's 2x2 tile at `dy` (rows ldy apart, pixels o apart), of
+// which rows x cols exist.
+void winograd_grad_output(const float* dy, int64_t ldy, int64_t o, int64_t rows, int64_t cols, float* w,
+                          int64_t xi_stride) {
+  const __m256 z = _mm256_setzero_ps();
+  for (int64_t k = 0; k < o; k += 8) {
+    __m256 g[2][2];
+    for (int r = 0; r < 2; ++r)
+      for (int q = 0; q < 2; ++q) g[r][q] = r < rows && q < cols ? _mm256_loadu_ps(dy + r * ldy + q * o + k) : z;
+    __m256 t[4][2];  // A g, A = [1 0; 1 1; 1 -1; 0 -1]
+    for (int q = 0; q < 2; ++q) {
+      t[0][q] = g[0][q];
+      t[1][q] = _mm256_add_ps(g[0][q], g[1][q]);
+      t[2][q] = _mm256_sub_ps(g[0][q], g[1][q]);
+      t[3][q] = _mm256_sub_ps(z, g[1][q]);
+    }
+    for (int r = 0; r < 4; ++r) {  // (A g) A^T
+      float* out = w + (4 * r) * xi_stride + k;
+      _mm256_storeu_ps(out, t[r][0]);
+      _mm256_storeu_ps(out + xi_stride, _mm256_add_ps(t[r][0], t[r][1]));
+      _mm256_storeu_ps(out + 2 * xi_stride, _mm256_sub_ps(t[r][0], t[r][1]));
+      _mm256_storeu_ps(out + 3 * xi_stride, _mm256_sub_ps(z, t[r][1]));
+    }
+  }
+}
+
+// Adds tile rows [i0, i1) of image n to du [16][c][o]; off = 0, 1, ..., c - 1.
+void winograd_grad_rows(const Problem& p, const float* x, const float* dy, int64_t n, int64_t i0, int64_t i1,
+                        const int64_t* off, float* du) {
+  const int64_t c = p.c, o = p.o, oh = p.oh(), ow = p.ow(), tw = (ow + 1) / 2;
+  const int64_t extra = 2 * tw + 2 - (p.w + p.pl + p.pr), row = (p.w + p.pl + p.pr + extra) * c;
+  const float* buf = pad_rows(p, x, n, 2 * i0, 2 * (i1 - i0) + 2, extra);
+  // The 16 positions' rows, 64 bytes more than a block apart: at a multiple of 4 KiB all
+  // 16 would fall in one L1 set (measured: the transforms took 30% of the time).
+  const int64_t vs = kWinogradGradTiles * c + 16, ws = kWinogradGradTiles * o + 16;
+  thread_local std::vector<float> vbuf, wbuf;
+  vbuf.resize(size_t(16 * vs));
+  wbuf.resize(size_t(16 * ws));
+  float* v = vbuf.data();
+  float* w = wbuf.data();
+  const int64_t tiles = (i1 - i0) * tw;
+  for (int64_t t0 = 0; t0 < tiles; t0 += kWinogradGradTiles) {
+    const int64_t nt = std::min(kWinogradGradTiles, tiles - t0);
+    for (int64_t t = 0; t < nt; ++t) {
+      const int64_t i = (t0 + t) / tw, j = (t0 + t) % tw, r = 2 * (i0 + i);
+      winograd_input(buf + 2 * i * row + 2 * j * c, row, c, v + t * c, vs);
+      winograd_grad_output(dy + ((n * oh + r) * ow + 2 * j) * o, ow * o, o, std::min<int64_t>(2, oh - r),
+                           std::min<int64_t>(2, ow - 2 * j), w + t * o, ws);
+    }
+    const int64_t groups = (c + kMaxTile - 1) / kMaxTile;  // rows of dU per tile: balanced (32 -> 6,6,5,5,5,5)
+    for (int64_t xi = 0; xi < 16; ++xi)
+      for (int64_t ob = 0; ob < o / kBlock; ++ob)
+        for (int64_t g = 0, m0 = 0; g < groups; ++g) {
+          const int64_t r = (c - m0) / (groups - g);
+          kGradTiles[r](v + xi * vs, off + m0, 0, c, 1, nt, w + xi * ws + ob * kBlock, o,
+                        du + (xi * c + m0) * o + ob * kBlock);
+          m0 += r;
+        }
+  }
+}
+
 // What both kernels need: compiled in, not turned off, a non-empty problem, o a
 // multiple of 16 and no negative padding.
 bool handles(const Problem& p) {
@@ -529,8 +596,54 @@ void pack_filter_backward(const Problem& f, const float* hwio, float* packed) {
 
 bool supports_backward_filter(const Problem& p) { return handles(p); }
 
+#ifdef KILN_DIRECT_CONV_AVX2
+namespace {
+void winograd_backward_filter(const Problem& p, const float* x, const float* dy, float* dw) {
+  const int64_t c = p.c, o = p.o, th = (p.oh() + 1) / 2, units = p.n * th, usize = 16 * c * o;
+  const int64_t macs = p.n * p.oh() * p.ow() * 9 * c * o;
+  const int64_t parts = onednn::runs_serial(macs) ? 1 : std::min<int64_t>(num_threads(), units);
+  thread_local std::vector<float> partial;
+  partial.assign(size_t(parts * usize), 0.0f);
+  thread_local std::vector<int64_t> off;
+  off.resize(size_t(c));
+  for (int64_t k = 0; k < c; ++k) off[size_t(k)] = k;
+  float* sums = partial.data();  // (pointers: pool threads would see their own thread_locals)
+  const int64_t* offsets = off.data();
+  parallel_for(parts, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      by_image(units * t / parts, units * (t + 1) / parts, th, [&](int64_t n, int64_t i0, int64_t i1) {
+        winograd_grad_rows(p, x, dy, n, i0, i1, offsets, sums + t * usize);
+      });
+  });
+  for (int64_t t = 1; t < parts; ++t)
+    for (int64_t i = 0; i < usize; ++i) sums[i] += sums[t * usize + i];
+  // dw[i][j][ci][oc] = (G^T dU G)[i][j], G^T = [1 .5 .5 0; 0 .5 -.5 0; 0 .5 .5 1].
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t oc = 0; oc < o; ++oc) {
+      float u[4][4], gu[3][4];
+      for (int xi = 0; xi < 16; ++xi) u[xi / 4][xi % 4] = sums[(xi * c + ci) * o + oc];
+      for (int q = 0; q < 4; ++q) {
+        gu[0][q] = u[0][q] + 0.5f * (u[1][q] + u[2][q]);
+        gu[1][q] = 0.5f * (u[1][q] - u[2][q]);
+        gu[2][q] = 0.5f * (u[1][q] + u[2][q]) + u[3][q];
+      }
+      for (int i = 0; i < 3; ++i) {
+        float* d = dw + (i * 3 * c + ci) * o + oc;
+        d[0] = gu[i][0] + 0.5f * (gu[i][1] + gu[i][2]);
+        d[c * o] = 0.5f * (gu[i][1] - gu[i][2]);
+        d[2 * c * o] = 0.5f * (gu[i][1] + gu[i][2]) + gu[i][3];
+      }
+    }
+}
+}  // namespace
+#endif
+
 void backward_filter(const Problem& p, const float* x, const float* dy, float* dw) {
 #ifdef KILN_DIRECT_CONV_AVX2
+  if (winograd_applies(p)) {
+    winograd_backward_filter(p, x, dy, dw);
+    return;
+  }
   const int64_t m = p.kh * p.kw * p.c, wsize = m * p.o;
   // Row m = (i*kw + j)*c + k of dw reads the padded input at offset (i*(w+pl+pr) + j)*c + k.
   thread_local std::vector<int64_t> off;

@@ -63,7 +63,8 @@ Problem backward_data_problem(const Problem& fwd);
 void pack_filter_backward(const Problem& fwd, const float* hwio, float* packed);
 
 // The filter gradient: dw [kh, kw, c, o] (HWIO) of conv(x, w) given dy [n, oh, ow, o].
-// Any c >= 1 (the first layer's c = 1 too); o a multiple of 16.
+// Any c >= 1 (the first layer's c = 1 too); o a multiple of 16. Winograd too where
+// uses_winograd(p) (dU = sum over tiles of (B^T d B) . (A dY A^T), dw = G^T dU G).
 bool supports_backward_filter(const Problem& p);
 void backward_filter(const Problem& p, const float* x, const float* dy, float* dw);
 
