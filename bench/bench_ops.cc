@@ -165,7 +165,7 @@ void BM_conv_bwd_filter_peer(benchmark::State& st) { conv_onednn(st, 2); }
 void BM_conv1_fwd_kiln(benchmark::State& st) { conv_kiln(st, 0, kConv1); }
 void BM_conv1_fwd_peer(benchmark::State& st) { conv_onednn(st, 0, kConv1); }
 #define KILN_CONV_BENCH(fn, name) \
-  BENCHMARK(fn)->Name(name)->Arg(1)->Arg(64)->Arg(128)->Unit(benchmark::kMicrosecond)->UseRealTime()
+  BENCHMARK(fn)->Name(name)->Arg(1)->Arg(8)->Arg(64)->Arg(128)->Unit(benchmark::kMicrosecond)->UseRealTime()
 KILN_CONV_BENCH(BM_conv_fwd_kiln, "conv3x3_32to64_fwd/kiln");
 KILN_CONV_BENCH(BM_conv_fwd_peer, "conv3x3_32to64_fwd/peer");
 KILN_CONV_BENCH(BM_conv_bwd_data_kiln, "conv3x3_32to64_bwd_data/kiln");

@@ -45,8 +45,9 @@ bool supports(const Problem& p);
 // of 8, p.allow_winograd, KILN_WINOGRAD not 0): 16 multiplies per 2x2 output tile and
 // channel pair instead of 36, the filter transformed by pack_filter (so a filter packed
 // under one answer must not be run under the other). Measured on the cnn's 3x3 32->64
-// layer (docs/benchmarks.md "Winograd"): forward 1.1-1.6x and backward data 1.5x the
-// direct tiles at batch 64-128; errors stay within 1e-4 of f64 loops.
+// layer at batch 64-128 (docs/benchmarks.md, session 12): forward 1.6x, backward data
+// 1.6x and the filter gradient 1.4x the direct tiles; errors stay within the direct
+// kernel's test tolerance against f64 loops. Code: winograd_conv.h.
 bool uses_winograd(const Problem& p);
 
 // Floats of a packed filter for `p`.
