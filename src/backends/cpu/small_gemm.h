@@ -15,9 +15,10 @@
 // row group; bias and ReLU are applied in the store.
 //
 // Measured against oneDNN's matmul with bias+ReLU post-ops (2-core VM, warm B,
-// medians; docs/benchmarks.md "Small-M GEMM"): M=1 784x256 2.0-2.3x,
-// 256x128 2.6-3.8x, 128x10 4x, 3136x128 1.1-1.6x; M=4 784x256 1.7x, 3136x128
-// level; M=8-32 on a 1.6 MB B slower, hence supports().
+// medians; docs/benchmarks.md, session 12): the kernel alone at M=1 784x256
+// 2.0-2.3x, 256x128 2.6-3.8x, 128x10 4x, 3136x128 1.1-1.6x; M=4 on the 1.6 MB
+// 3136x128 B level and M=8-32 slower, hence supports(). A traced 784x256 layer
+// (bench_ops dense_784x256): 1-2 rows 1.6-1.7x, 4-8 rows 1.1x.
 //
 // KILN_SMALL_GEMM=0 turns it off (oneDNN then runs every matmul), read per
 // call. Compiled only with AVX2 and FMA; otherwise supports() is false.
