@@ -101,34 +101,38 @@ TEST(KernelCacheInGraphs, Conv2dKernelCachesTheFilterOnlyWhenItIsConstant) {
 }
 
 // matmul / fused_matmul: a constant B is packed once for the small-M kernel (a few
-// rows; src/backends/cpu/small_gemm.h); more rows go to oneDNN, which reads B every call.
-TEST(KernelCacheInGraphs, MatmulKernelPacksAConstantBForFewRows) {
-  const Tensor w = rand_tensor({24, 20}, DType::kF32, -1, 1, 1), w2 = rand_tensor({24, 20}, DType::kF32, -1, 1, 2);
-  const Tensor bias = rand_tensor({20}, DType::kF32, -1, 1, 3);
-  Function plain = function([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{ops::matmul(a[0], w)}; });
-  Function fused = function(
-      [&](const std::vector<Tensor>& a) { return std::vector<Tensor>{ops::relu(ops::add(ops::matmul(a[0], w), bias))}; });
-  for (const int64_t rows : {1, 3, 64}) {
-    const Tensor x = rand_tensor({rows, 24}, DType::kF32, -1, 1, 4);
-    const bool packs = rows <= 3;
-    for (Function* f : {&plain, &fused}) {
-      const bool is_fused = f == &fused;
-      const graph::Node& node = node_of(*f, {x}, is_fused ? "fused_matmul" : "matmul");
-      auto expected = [&](const Tensor& b) {
-        const Tensor y = ops::matmul(x, b);
-        return is_fused ? ops::relu(ops::add(y, bias)) : y;
-      };
-      for (const bool constant : {true, false}) {
-        SCOPED_TRACE(std::string(is_fused ? "fused_matmul" : "matmul") + " rows " + std::to_string(rows) +
-                     (constant ? " constant B" : " B not constant"));
-        Tensor b = w.clone();
-        KernelCache cache(constant ? 0b110 : 0b000);
-        std::vector<Tensor> in{x, b};
-        if (is_fused) in.push_back(bias);
-        EXPECT_CLOSE(run_kernel(node, in, &cache), expected(w), 1e-5, 1e-5);
-        overwrite(b, w2);
-        EXPECT_CLOSE(run_kernel(node, in, &cache), expected(constant && packs ? w : w2), 1e-5, 1e-5);
-        EXPECT_CLOSE(run_kernel(node, in, nullptr), expected(w2), 1e-5, 1e-5);
+// rows, or any against a B of <= 4096 floats; src/backends/cpu/small_gemm.h); more rows
+// against a larger B go to oneDNN, which reads B every call.
+TEST(KernelCacheInGraphs, MatmulKernelPacksAConstantBForFewRowsOrATinyB) {
+  for (const int64_t n : {20, 200}) {  // B 24x20 (tiny), 24x200 (4800 floats)
+    const Tensor w = rand_tensor({24, n}, DType::kF32, -1, 1, 1), w2 = rand_tensor({24, n}, DType::kF32, -1, 1, 2);
+    const Tensor bias = rand_tensor({n}, DType::kF32, -1, 1, 3);
+    Function plain = function([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{ops::matmul(a[0], w)}; });
+    Function fused = function([&](const std::vector<Tensor>& a) {
+      return std::vector<Tensor>{ops::relu(ops::add(ops::matmul(a[0], w), bias))};
+    });
+    for (const int64_t rows : {1, 3, 64}) {
+      const Tensor x = rand_tensor({rows, 24}, DType::kF32, -1, 1, 4);
+      const bool packs = rows <= 3 || n == 20;
+      for (Function* f : {&plain, &fused}) {
+        const bool is_fused = f == &fused;
+        const graph::Node& node = node_of(*f, {x}, is_fused ? "fused_matmul" : "matmul");
+        auto expected = [&](const Tensor& b) {
+          const Tensor y = ops::matmul(x, b);
+          return is_fused ? ops::relu(ops::add(y, bias)) : y;
+        };
+        for (const bool constant : {true, false}) {
+          SCOPED_TRACE(std::string(is_fused ? "fused_matmul" : "matmul") + " B 24x" + std::to_string(n) + " rows " +
+                       std::to_string(rows) + (constant ? " constant B" : " B not constant"));
+          Tensor b = w.clone();
+          KernelCache cache(constant ? 0b110 : 0b000);
+          std::vector<Tensor> in{x, b};
+          if (is_fused) in.push_back(bias);
+          EXPECT_CLOSE(run_kernel(node, in, &cache), expected(w), 1e-5, 1e-5);
+          overwrite(b, w2);
+          EXPECT_CLOSE(run_kernel(node, in, &cache), expected(constant && packs ? w : w2), 1e-5, 1e-5);
+          EXPECT_CLOSE(run_kernel(node, in, nullptr), expected(w2), 1e-5, 1e-5);
+        }
       }
     }
   }

@@ -23,7 +23,7 @@ TEST(SmallGemm, KernelMatchesF64Loops) {
                                                        {33, 130}, {2, 200}, {9, 16}, {784, 256}, {40, 129}};
   uint64_t seed = 1;
   for (const auto& [K, N] : kn) {
-    for (int64_t M = 1; M <= 8; ++M) {
+    for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 64}) {
       if (!sg::supports(M, K, N)) continue;
       for (const bool trans_b : {false, true}) {
         SCOPED_TRACE("M " + std::to_string(M) + " K " + std::to_string(K) + " N " + std::to_string(N) +
@@ -57,7 +57,10 @@ TEST(SmallGemm, ShapesItDeclines) {
   EXPECT_TRUE(sg::supports(3, 3136, 128));   // few rows: any B
   EXPECT_TRUE(sg::supports(8, 784, 256));    // up to 8 rows while B is <= 1 MiB
   EXPECT_FALSE(sg::supports(4, 3136, 128));  // a 1.6 MB B re-streamed per row group
-  EXPECT_FALSE(sg::supports(9, 16, 16));     // oneDNN's GEMM from 9 rows on
+  EXPECT_FALSE(sg::supports(9, 256, 128));   // oneDNN's GEMM from 9 rows on
+  EXPECT_TRUE(sg::supports(64, 128, 10));    // unless B fits in L1: any rows
+  EXPECT_TRUE(sg::supports(1000, 64, 64));
+  EXPECT_FALSE(sg::supports(64, 64, 65));
   EXPECT_FALSE(sg::supports(0, 16, 16));
   EXPECT_FALSE(sg::supports(1, 0, 16));
   EXPECT_FALSE(sg::supports(1, 16, 0));

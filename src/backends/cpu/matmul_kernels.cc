@@ -40,9 +40,9 @@ MatmulGeom geometry(const OpContext& ctx) {
   return g;
 }
 
-// A graph's matmul with a few rows against a constant B [K, N] (or [N, K]): the
-// small-M kernel with B packed once per node (small_gemm.h). A's batch dims, if any,
-// are more rows (B has none). False when this does not apply.
+// A graph's matmul with a few rows (or any, when B is tiny) against a constant B [K, N]
+// (or [N, K]): the small-M kernel with B packed once per node (small_gemm.h). A's batch
+// dims, if any, are more rows (B has none). False when this does not apply.
 bool small_gemm_with_constant_b(const OpContext& ctx, const MatmulGeom& g, const float* bias, bool relu) {
   const auto& d = g.d;
   const int64_t rows = g.batch * d.M;

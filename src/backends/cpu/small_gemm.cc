@@ -18,6 +18,7 @@ namespace {
 
 constexpr int64_t kPanel = 64;                // columns of B per panel
 constexpr int64_t kMinMacsPerThread = 32768;  // below this a second thread costs more than it gains
+constexpr int64_t kTinyB = 4096;              // floats (16 KiB): a B that stays in L1
 
 bool enabled() {
   const char* v = std::getenv("KILN_SMALL_GEMM");
@@ -48,11 +49,11 @@ void block(const float* a, int64_t K, const float* w, const float* bias, bool re
                  w7 = load(7);
 #define KILN_FMA(r, v) \
   if constexpr (V > v) a##r##v = _mm256_fmadd_ps(x, w##v, a##r##v);
-#define KILN_ROW(r)                                                                                \
-  if constexpr (R > r) {                                                                           \
-    const __m256 x = _mm256_broadcast_ss(a + r * K + k);                                           \
-    KILN_FMA(r, 0) KILN_FMA(r, 1) KILN_FMA(r, 2) KILN_FMA(r, 3) KILN_FMA(r, 4) KILN_FMA(r, 5)     \
-    KILN_FMA(r, 6) KILN_FMA(r, 7)                                                                  \
+#define KILN_ROW(r)                                                                                          \
+  if constexpr (R > r) {                                                                                     \
+    const __m256 x = _mm256_broadcast_ss(a + r * K + k);                                                     \
+    KILN_FMA(r, 0)                                                                                           \
+    KILN_FMA(r, 1) KILN_FMA(r, 2) KILN_FMA(r, 3) KILN_FMA(r, 4) KILN_FMA(r, 5) KILN_FMA(r, 6) KILN_FMA(r, 7) \
   }
     KILN_ROW(0) KILN_ROW(1) KILN_ROW(2) KILN_ROW(3)
 #undef KILN_ROW
@@ -104,7 +105,9 @@ void panel_rows(const float* a, int64_t K, const float* panel, const float* bias
 bool supports(int64_t M, int64_t K, int64_t N) {
 #ifdef KILN_SMALL_GEMM_AVX2
   if (M < 1 || K < 1 || N < 1 || !enabled()) return false;
-  return M <= 3 || (M <= 8 && K * N <= (int64_t{1} << 18));
+  // Any number of rows against a B that fits in L1 (a classifier's last layer, 128x10):
+  // there oneDNN's call overhead is most of the time.
+  return M <= 3 || (M <= 8 && K * N <= (int64_t{1} << 18)) || K * N <= kTinyB;
 #else
   (void)M, (void)K, (void)N;
   return false;
@@ -128,17 +131,26 @@ void run(const float* a, int64_t M, int64_t K, int64_t N, const float* packed, c
 #ifdef KILN_SMALL_GEMM_AVX2
   const int64_t panels = (N + kPanel - 1) / kPanel;
   const int64_t useful_threads = std::max<int64_t>(1, M * K * N / kMinMacsPerThread);
-  const int64_t grain = std::max<int64_t>(1, panels / useful_threads);
-  parallel_for(panels, grain, [&](int64_t lo, int64_t hi) {
-    for (int64_t p = lo; p < hi; ++p) {
-      const int64_t n0 = p * kPanel, cols = std::min(kPanel, N - n0);
-      const float* panel = packed + p * K * kPanel;
-      const float* b = bias ? bias + n0 : nullptr;
-      int64_t r = 0;
-      for (; r + 4 <= M; r += 4) panel_rows<4, 16>(a + r * K, K, panel, b, relu, c + r * N + n0, N, cols);
-      for (; r + 2 <= M; r += 2) panel_rows<2, 32>(a + r * K, K, panel, b, relu, c + r * N + n0, N, cols);
-      for (; r < M; ++r) panel_rows<1, 64>(a + r * K, K, panel, b, relu, c + r * N + n0, N, cols);
-    }
+  // Rows [r0, r1) x panel p, in groups of 4, 2, 1.
+  auto rows_of_panel = [&](int64_t p, int64_t r0, int64_t r1) {
+    const int64_t n0 = p * kPanel, cols = std::min(kPanel, N - n0);
+    const float* panel = packed + p * K * kPanel;
+    const float* b = bias ? bias + n0 : nullptr;
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) panel_rows<4, 16>(a + r * K, K, panel, b, relu, c + r * N + n0, N, cols);
+    for (; r + 2 <= r1; r += 2) panel_rows<2, 32>(a + r * K, K, panel, b, relu, c + r * N + n0, N, cols);
+    for (; r < r1; ++r) panel_rows<1, 64>(a + r * K, K, panel, b, relu, c + r * N + n0, N, cols);
+  };
+  if (M <= 8 || panels >= num_threads()) {  // by panels: each thread's share of B stays in its L2
+    parallel_for(panels, std::max<int64_t>(1, panels / useful_threads), [&](int64_t lo, int64_t hi) {
+      for (int64_t p = lo; p < hi; ++p) rows_of_panel(p, 0, M);
+    });
+    return;
+  }
+  // Many rows against a tiny B: by groups of 4 rows.
+  const int64_t groups = (M + 3) / 4;
+  parallel_for(groups, std::max<int64_t>(1, groups / useful_threads), [&](int64_t lo, int64_t hi) {
+    for (int64_t p = 0; p < panels; ++p) rows_of_panel(p, 4 * lo, std::min(M, 4 * hi));
   });
 #else
   (void)a, (void)M, (void)K, (void)N, (void)packed, (void)bias, (void)relu, (void)c;

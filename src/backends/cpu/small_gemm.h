@@ -29,7 +29,9 @@ namespace kiln::cpu::small_gemm {
 
 // Whether run() handles an M x K x N product and pays off: M <= 3, or M <= 8
 // when B is at most 1 MiB (more rows re-stream a B that no longer stays in the
-// L2 caches).
+// L2 caches), or any M when B is at most 4096 floats (it stays in L1: a
+// classifier's last layer, where oneDNN's call overhead is most of the time; the
+// rows are then split over the threads).
 bool supports(int64_t M, int64_t K, int64_t N);
 
 // Floats of the packed B.
