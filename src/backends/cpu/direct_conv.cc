@@ -13,11 +13,7 @@
 #include "winograd_conv.h"
 
 namespace kiln::cpu::direct_conv {
-#ifdef KILN_DIRECT_CONV_AVX2
 using namespace detail;
-#else
-constexpr int64_t kBlock = 16;
-#endif
 namespace {
 
 bool enabled() {
@@ -25,12 +21,13 @@ bool enabled() {
   return !(v && v[0] == '0');
 }
 
-#ifdef KILN_DIRECT_CONV_AVX2
 // Whether p takes small_tile: fewer than 8 input channels and kw * c <= kMaxSmallTaps.
 constexpr int64_t kMaxSmallTaps = 9;  // 3x3 on RGB
 bool few_channels(const Problem& p) { return p.c < 8 && p.kw * p.c <= kMaxSmallTaps; }
 // Output channels per filter block: 16 (tile()), or 32 for small_tile when o allows.
 int64_t block_width(const Problem& p) { return few_channels(p) && p.o % 32 == 0 ? 32 : kBlock; }
+
+#ifdef KILN_DIRECT_CONV_AVX2
 
 // Few input channels (the first layer: 1 grey or 3 colour channels): kw * c taps per
 // filter row, too few for tile()'s runtime loop to pay for its overhead (measured: the
@@ -203,12 +200,7 @@ bool uses_winograd(const Problem& p) {
 #endif
 }
 
-bool supports(const Problem& p) {
-#ifdef KILN_DIRECT_CONV_AVX2
-  if (p.c < 8 && !few_channels(p)) return false;
-#endif
-  return handles(p);
-}
+bool supports(const Problem& p) { return (p.c >= 8 || few_channels(p)) && handles(p); }
 
 size_t packed_size(const Problem& p) { return size_t((uses_winograd(p) ? 16 : p.kh * p.kw) * p.c * p.o); }
 
@@ -220,12 +212,7 @@ void pack_filter(const Problem& p, const float* hwio, float* packed) {
     return;
   }
   // packed[cb][i][j][k][bw] = hwio[i][j][k][cb*bw + 0..bw-1], bw = 16 (or 32: small_tile)
-  const int64_t taps = p.kh * p.kw * p.c;
-#ifdef KILN_DIRECT_CONV_AVX2
-  const int64_t bw = block_width(p);
-#else
-  const int64_t bw = kBlock;
-#endif
+  const int64_t taps = p.kh * p.kw * p.c, bw = block_width(p);
   for (int64_t cb = 0; cb < p.o / bw; ++cb)
     for (int64_t t = 0; t < taps; ++t)
       std::memcpy(packed + (cb * taps + t) * bw, hwio + t * p.o + cb * bw, sizeof(float) * bw);

@@ -1,12 +1,20 @@
 #pragma once
 // Internal to the CPU backend: the AVX2 register tiles and row buffers shared by the
-// direct convolution (direct_conv.cc) and its Winograd path (winograd_conv.cc). Only
-// for builds with AVX2 and FMA (KILN_DIRECT_CONV_AVX2).
+// direct convolution (direct_conv.cc) and its Winograd path (winograd_conv.cc). The
+// tiles exist only in builds with AVX2 and FMA (KILN_DIRECT_CONV_AVX2); the sizes below
+// in every build.
+#include <cstdint>
+
+namespace kiln::cpu::direct_conv::detail {
+inline constexpr int64_t kBlock = 16;            // output channels per tile (two AVX registers)
+inline constexpr int64_t kMaxTile = 6;           // output pixels per tile: 12 accumulators
+inline constexpr int64_t kPadBytes = 256 << 10;  // padded rows per block: at most this much
+}  // namespace kiln::cpu::direct_conv::detail
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -15,10 +23,6 @@
 #define KILN_DIRECT_CONV_AVX2 1
 
 namespace kiln::cpu::direct_conv::detail {
-
-inline constexpr int64_t kBlock = 16;            // output channels per tile (two AVX registers)
-inline constexpr int64_t kMaxTile = 6;           // output pixels per tile: 12 accumulators
-inline constexpr int64_t kPadBytes = 256 << 10;  // padded rows per block: at most this much
 
 // R output pixels x 16 output channels: out[r*ldo + 0..15] = sum over (kh, j)
 // of in[kh*ldr + r*c + j] * w[(kh*kwc + j)*16 + 0..15], j over kw*c (kw and c
