@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
   // links no training code); its flags are TensorFlow Serving's.
   if (argc > 1 && std::string_view(argv[1]) == "serve") return kiln::serving::serve_main(argc - 1, argv + 1);
   CLI::App app{"kiln: train, compile, package and serve deep-learning models"};
+  // A repeated option takes its last value (as argparse does), so wrappers can pass
+  // defaults before the user's own flags (scripts/run.sh --model cnn --epochs 3).
+  // Subcommands inherit this.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION_STRING);
   app.require_subcommand(0, 1);
   bool verbose = false;

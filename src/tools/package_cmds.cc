@@ -96,7 +96,9 @@ CLI::App* add_run_command(CLI::App& app, RunArgs& a) {
   auto* c = app.add_subcommand("run", "Run a signature of a model package on NPY inputs (saved_model_cli run)");
   c->add_option("--dir", a.dir, "The package version directory (or its base: the highest version runs)")->required();
   c->add_option("--signature,--signature_def", a.signature, "The signature to run")->capture_default_str();
-  c->add_option("--input,--inputs", a.inputs, "name=file.npy, once per input")->required();
+  c->add_option("--input,--inputs", a.inputs, "name=file.npy, once per input")
+      ->required()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);  // not the app default, TakeLast
   c->add_option("--output_dir,--output-dir", a.output_dir, "Write each output to <dir>/<name>.npy");
   return c;
 }

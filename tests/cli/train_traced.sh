@@ -18,4 +18,12 @@ for k in ("train_loss", "test_loss", "test_accuracy"):
 print(f"{sys.argv[3]}: traced test_loss {t['test_loss']:.5f} = eager {e['test_loss']:.5f}")
 PY
 done
+# A repeated option takes its last value (scripts/run.sh passes defaults before "$@").
+"$kiln" train --model cnn --epochs 9 --max-samples 300 --verbose 0 --model mlp --epochs 1 --metrics-json "$d/last.json"
+python3 - "$d/last.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+if (m["model"], m["epochs"]) != ("mlp", 1):
+    sys.exit(f"repeated options: got model {m['model']} epochs {m['epochs']}, want the last ones (mlp, 1)")
+PY
 echo "train_traced: ok"
