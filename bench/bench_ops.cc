@@ -13,10 +13,12 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
+#include <array>
 #include <cmath>
 #include <unordered_map>
 #include <vector>
 
+#include "backends/cpu/packed_gemm.h"
 #include "backends/cpu/vecmath.h"
 #include "kiln/graph/function.h"
 #include "kiln/kiln.h"
@@ -295,6 +297,80 @@ void BM_dense_small_peer(benchmark::State& st) {
   }
   st.SetLabel(pd.impl_info_str());
 }
+// ---- the dense layers' GEMMs at batch 32-128: packed_gemm vs oneDNN's matmul ----------
+// Args: M, K, N, trans_a (A given as [K, M]: a weight gradient X^T @ dY). Both compute
+// relu(op(A) @ B + bias) (trans_a: no bias/ReLU, as in a weight gradient); kiln's B is
+// packed beforehand (a graph constant's packing is cached per node).
+
+void BM_packed_gemm_kiln(benchmark::State& st) {
+  const int64_t M = st.range(0), K = st.range(1), N = st.range(2);
+  const bool ta = st.range(3) != 0;
+  const Tensor a = ops::random_uniform(ta ? Shape{K, M} : Shape{M, K}, -1, 1, DType::kF32, 1);
+  const Tensor w = ops::random_uniform({K, N}, -1, 1, DType::kF32, 2);
+  const Tensor b = ops::random_uniform({N}, -1, 1, DType::kF32, 3);
+  std::vector<float> packed(cpu::packed_gemm::packed_size(K, N)), c(static_cast<size_t>(M * N));
+  cpu::packed_gemm::pack(w.data<float>(), K, N, false, packed.data());
+  for (auto _ : st) {
+    cpu::packed_gemm::run(a.data<float>(), ta, M, K, N, packed.data(), ta ? nullptr : b.data<float>(), !ta, c.data());
+    benchmark::DoNotOptimize(c.data());
+  }
+  st.counters["GFLOPs"] = benchmark::Counter(2.0 * M * K * N, benchmark::Counter::kIsIterationInvariantRate,
+                                             benchmark::Counter::kIs1000);
+}
+
+void BM_packed_gemm_peer(benchmark::State& st) {
+  using namespace dnnl;
+  const int64_t M = st.range(0), K = st.range(1), N = st.range(2);
+  const bool ta = st.range(3) != 0;
+  engine eng(engine::kind::cpu, 0);
+  stream s(eng);
+  const auto f32 = memory::data_type::f32;
+  memory::desc ad({M, K}, f32, ta ? memory::format_tag::ba : memory::format_tag::ab);
+  memory::desc wd({K, N}, f32, memory::format_tag::ab), bd({1, N}, f32, memory::format_tag::ab);
+  memory::desc cd({M, N}, f32, memory::format_tag::ab);
+  primitive_attr attr;
+  if (!ta) {
+    post_ops po;
+    po.append_eltwise(1.0f, algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(po);
+  }
+  matmul::primitive_desc pd(ta ? matmul::desc(ad, wd, cd) : matmul::desc(ad, wd, bd, cd), attr, eng);
+  matmul mm(pd);
+  memory a(ad, eng), w(wd, eng), b(bd, eng), c(cd, eng);
+  for (memory* m : {&a, &w, &b}) {
+    float* p = static_cast<float*>(m->get_data_handle());
+    for (size_t i = 0; i < m->get_desc().get_size() / sizeof(float); ++i) p[i] = std::sin(static_cast<float>(i));
+  }
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, c}};
+  if (!ta) args.emplace(DNNL_ARG_BIAS, b);
+  for (auto _ : st) {
+    mm.execute(s, args);
+    s.wait();
+  }
+  st.counters["GFLOPs"] = benchmark::Counter(2.0 * M * K * N, benchmark::Counter::kIsIterationInvariantRate,
+                                             benchmark::Counter::kIs1000);
+  st.SetLabel(pd.impl_info_str());
+}
+void packed_gemm_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"M", "K", "N", "ta"});
+  for (auto [m, k, n, ta] : std::vector<std::array<int64_t, 4>>{{64, 784, 256, 0},
+                                                                {64, 256, 128, 0},
+                                                                {32, 3136, 128, 0},
+                                                                {128, 784, 256, 0},
+                                                                {128, 256, 128, 0},
+                                                                {512, 784, 256, 0},
+                                                                {2048, 784, 256, 0},
+                                                                {256, 3136, 128, 0},
+                                                                {784, 32, 256, 1},
+                                                                {784, 128, 256, 1},
+                                                                {3136, 32, 128, 1}})
+    b->Args({m, k, n, ta});
+  b->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+BENCHMARK(BM_packed_gemm_kiln)->Name("packed_gemm/kiln")->Apply(packed_gemm_shapes);
+BENCHMARK(BM_packed_gemm_peer)->Name("packed_gemm/peer")->Apply(packed_gemm_shapes);
+
+
 BENCHMARK(BM_dense_small_kiln)->Name("dense_784x256/kiln")->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_dense_small_peer)->Name("dense_784x256/peer")->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond)->UseRealTime();
 

@@ -100,10 +100,11 @@ TEST(KernelCacheInGraphs, Conv2dKernelCachesTheFilterOnlyWhenItIsConstant) {
   }
 }
 
-// matmul / fused_matmul: a constant B is packed once for the small-M kernel (a few
-// rows, or any against a B of <= 4096 floats; src/backends/cpu/small_gemm.h); more rows
-// against a larger B go to oneDNN, which reads B every call.
-TEST(KernelCacheInGraphs, MatmulKernelPacksAConstantBForFewRowsOrATinyB) {
+// matmul / fused_matmul: a constant B is packed once per node for up to 512 rows (the
+// small-M kernel for a few, src/backends/cpu/small_gemm.h, the 6x16 one for more,
+// packed_gemm.h), and for any rows when it is tiny (<= 4096 floats); more rows against
+// a larger B go to oneDNN, which reads B every call.
+TEST(KernelCacheInGraphs, MatmulKernelPacksAConstantBUpTo512RowsOrATinyB) {
   for (const int64_t n : {20, 200}) {  // B 24x20 (tiny), 24x200 (4800 floats)
     const Tensor w = rand_tensor({24, n}, DType::kF32, -1, 1, 1), w2 = rand_tensor({24, n}, DType::kF32, -1, 1, 2);
     const Tensor bias = rand_tensor({n}, DType::kF32, -1, 1, 3);
@@ -111,9 +112,9 @@ TEST(KernelCacheInGraphs, MatmulKernelPacksAConstantBForFewRowsOrATinyB) {
     Function fused = function([&](const std::vector<Tensor>& a) {
       return std::vector<Tensor>{ops::relu(ops::add(ops::matmul(a[0], w), bias))};
     });
-    for (const int64_t rows : {1, 3, 64}) {
+    for (const int64_t rows : {1, 3, 64, 600}) {
       const Tensor x = rand_tensor({rows, 24}, DType::kF32, -1, 1, 4);
-      const bool packs = rows <= 3 || n == 20;
+      const bool packs = rows <= 512 || n == 20;
       for (Function* f : {&plain, &fused}) {
         const bool is_fused = f == &fused;
         const graph::Node& node = node_of(*f, {x}, is_fused ? "fused_matmul" : "matmul");

@@ -1,7 +1,9 @@
 // CPU matmul: oneDNN for f32 (and bf16/f16 where the CPU has native support), except
-// a few rows against a constant B (small_gemm.h); otherwise bf16/f16 widen to f32;
+// a graph's matmuls against a constant B (small_gemm.h, packed_gemm.h) and dense
+// weight gradients (packed_gemm.h); otherwise bf16/f16 widen to f32;
 // f64 and integers use a cache-blocked loop.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "kiln/core/kernel_cache.h"
 #include "kiln/core/parallel.h"
 #include "onednn.h"
+#include "packed_gemm.h"
 #include "small_gemm.h"
 
 namespace kiln::cpu {
@@ -40,22 +43,68 @@ MatmulGeom geometry(const OpContext& ctx) {
   return g;
 }
 
-// A graph's matmul with a few rows (or any, when B is tiny) against a constant B [K, N]
-// (or [N, K]): the small-M kernel with B packed once per node (small_gemm.h). A's batch
-// dims, if any, are more rows (B has none). False when this does not apply.
-bool small_gemm_with_constant_b(const OpContext& ctx, const MatmulGeom& g, const float* bias, bool relu) {
+// The kernel cache's key for B packed for `kernel` (small_gemm or packed_gemm): the
+// shape and transposition, formatted on the stack (no allocation per call).
+struct PackKey {
+  char text[64];
+  PackKey(const char* kernel, const onednn::GemmDims& d) {
+    std::snprintf(text, sizeof text, "%s B %lldx%lld%s", kernel, static_cast<long long>(d.K),
+                  static_cast<long long>(d.N), d.trans_b ? " T" : "");
+  }
+};
+
+// A graph's matmul against a constant B [K, N] (or [N, K]): B packed once per node
+// for the small-M kernel (small_gemm.h: a few rows, or any against a tiny B) or the
+// 6x16 one (packed_gemm.h: up to kPackedGemmMaxRows rows, where it beats oneDNN). A's
+// batch dims, if any, are more rows (B has none). False when neither applies.
+constexpr int64_t kPackedGemmMaxRows = 512;  // level with oneDNN from here (docs/benchmarks.md)
+
+bool gemm_with_constant_b(const OpContext& ctx, const MatmulGeom& g, const float* bias, bool relu) {
   const auto& d = g.d;
   const int64_t rows = g.batch * d.M;
-  if (d.trans_a || ctx.in[1].shape().rank() != 2 || !small_gemm::supports(rows, d.K, d.N)) return false;
+  if (d.trans_a || ctx.in[1].shape().rank() != 2) return false;
+  const bool small = small_gemm::supports(rows, d.K, d.N);
+  if (!small && !(rows <= kPackedGemmMaxRows && packed_gemm::available())) return false;
   KernelCache* cache = current_kernel_cache();
   if (!cache || !cache->constant_input(1)) return false;
-  const std::string key = "small gemm B " + std::to_string(d.K) + "x" + std::to_string(d.N) + (d.trans_b ? " T" : "");
-  auto packed = cache->get<std::vector<float>>(key, [&] {
-    std::vector<float> v(small_gemm::packed_size(d.K, d.N));
-    small_gemm::pack(ctx.in[1].data<float>(), d.K, d.N, d.trans_b, v.data());
-    return v;
-  });
-  small_gemm::run(ctx.in[0].data<float>(), rows, d.K, d.N, packed->data(), bias, relu, ctx.out[0].data<float>());
+  const float* b = ctx.in[1].data<float>();
+  const float* a = ctx.in[0].data<float>();
+  float* c = ctx.out[0].data<float>();
+  if (small) {
+    auto packed = cache->get<std::vector<float>>(PackKey("small gemm", d).text, [&] {
+      std::vector<float> v(small_gemm::packed_size(d.K, d.N));
+      small_gemm::pack(b, d.K, d.N, d.trans_b, v.data());
+      return v;
+    });
+    small_gemm::run(a, rows, d.K, d.N, packed->data(), bias, relu, c);
+  } else {
+    auto packed = cache->get<std::vector<float>>(PackKey("packed gemm", d).text, [&] {
+      std::vector<float> v(packed_gemm::packed_size(d.K, d.N));
+      packed_gemm::pack(b, d.K, d.N, d.trans_b, v.data());
+      return v;
+    });
+    packed_gemm::run(a, false, rows, d.K, d.N, packed->data(), bias, relu, c);
+  }
+  return true;
+}
+
+// A weight gradient op(A)^T @ B of a dense layer, A [K, M] with K a batch of up to
+// kMaxPackedK rows and B = dY [K, N]: B is small, so packing it per call (into a
+// per-thread buffer that only grows) costs little next to the M x N output
+// (measured 1.1-1.2x oneDNN on the mlp's and the cnn's weight gradients).
+constexpr int64_t kMaxPackedK = 256;
+
+bool gemm_weight_gradient(const OpContext& ctx, const MatmulGeom& g) {
+  const auto& d = g.d;
+  if (!d.trans_a || d.trans_b || g.batch != 1 || ctx.in[0].shape().rank() != 2 || ctx.in[1].shape().rank() != 2 ||
+      d.K > kMaxPackedK || d.M < 64 || !packed_gemm::available())
+    return false;
+  thread_local std::vector<float> packed;
+  const size_t need = packed_gemm::packed_size(d.K, d.N);
+  if (packed.size() < need) packed.resize(need);
+  packed_gemm::pack(ctx.in[1].data<float>(), d.K, d.N, false, packed.data());
+  packed_gemm::run(ctx.in[0].data<float>(), true, d.M, d.K, d.N, packed.data(), nullptr, false,
+                   ctx.out[0].data<float>());
   return true;
 }
 
@@ -66,7 +115,7 @@ void matmul_f32(OpContext& ctx) {
     std::memset(ctx.out[0].raw_data(), 0, ctx.out[0].nbytes());
     return;
   }
-  if (small_gemm_with_constant_b(ctx, g, nullptr, false)) return;
+  if (gemm_with_constant_b(ctx, g, nullptr, false) || gemm_weight_gradient(ctx, g)) return;
   onednn::gemm(g.d, DType::kF32, ctx.in[0].raw_data(), ctx.in[1].raw_data(), ctx.out[0].raw_data());
 }
 
@@ -127,7 +176,7 @@ void fused_matmul_f32(OpContext& ctx) {
   const bool relu = ctx.attrs.get_string("activation", "") == "relu";
   const float* bias = ctx.in[2].data<float>();
   float* c = ctx.out[0].data<float>();
-  if (g.d.K > 0 && small_gemm_with_constant_b(ctx, g, bias, relu)) return;
+  if (g.d.K > 0 && gemm_with_constant_b(ctx, g, bias, relu)) return;
   // oneDNN's bias/ReLU post-processing costs more than a plain loop over a few rows
   // (measured: batch-1 MLP layers 10% slower fused), so small M adds them here.
   if (g.d.K == 0 || g.d.M < 32) {

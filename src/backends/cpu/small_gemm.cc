@@ -68,7 +68,7 @@ void block(const float* a, int64_t K, const float* w, const float* bias, bool re
       for (int v = 0; v < V; ++v) {
         __m256 o = acc[r][v];
         if (bias) o = _mm256_add_ps(o, _mm256_loadu_ps(bias + 8 * v));
-        if (relu) o = _mm256_max_ps(o, z);
+        if (relu) o = _mm256_max_ps(z, o);  // NaN stays NaN
         _mm256_storeu_ps(c + r * ldc + 8 * v, o);
       }
     return;
