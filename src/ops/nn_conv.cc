@@ -130,17 +130,31 @@ std::vector<AttrSpec> with(std::vector<AttrSpec> base, std::initializer_list<Att
 
 KILN_REGISTER_OP(detail::make_def("conv2d", "2-d convolution (cross-correlation), optional bias; NHWC/HWIO or NCHW/OIHW", -1,
                      infer_conv2d, kConvAttrs));
-// Graph-only (src/graph/passes/matmul_bias_activation_fusion.cc): activation(conv2d(..)).
+// Graph-only (src/graph/passes/matmul_bias_activation_fusion.cc: activation(conv2d(..));
+// conv_pool_fusion.cc: a 2x2 max pool after it, attr max_pool = 2).
 std::vector<TensorMeta> infer_fused_conv2d(std::span<const TensorMeta> in, const Attrs& attrs) {
   const std::string act = attrs.get_string("activation", "");
   if (act != "" && act != "relu")
     throw InvalidArgumentError("fused_conv2d: unknown activation '" + act + "' (expected none or relu)");
-  return infer_conv2d(in, attrs);
+  std::vector<TensorMeta> out = infer_conv2d(in, attrs);
+  const int64_t pool = attrs.get_int("max_pool", 0);
+  if (pool == 0) return out;
+  if (pool != 2) throw InvalidArgumentError(kiln::detail::str_cat("fused_conv2d: max_pool must be 0 or 2, got ", pool));
+  if (attrs.get_string("data_format", "NHWC") != "NHWC")
+    throw InvalidArgumentError("fused_conv2d: max_pool needs data_format NHWC");
+  Shape& y = out[0].shape;
+  if (y[1] < 2 || y[2] < 2)
+    throw InvalidArgumentError(kiln::detail::str_cat("fused_conv2d: max_pool 2 needs a convolution output of at least 2x2, got ",
+                                       y.str()));
+  y = Shape{y[0], y[1] / 2, y[2] / 2, y[3]};
+  return out;
 }
 KILN_REGISTER_OP([] {
   std::vector<AttrSpec> attrs = kConvAttrs;
   attrs.push_back({"activation", AttrType::kString, "\"\" or \"relu\""});
-  return detail::make_def("fused_conv2d", "activation(conv2d(x, w, bias?)), made by graph fusion", -1,
+  attrs.push_back({"max_pool", AttrType::kInt,
+                   "0, or 2: a 2x2 max pool with stride 2 and no padding on the activation's output (NHWC)"});
+  return detail::make_def("fused_conv2d", "max_pool?(activation(conv2d(x, w, bias?))), made by graph fusion", -1,
                           infer_fused_conv2d, attrs, Differentiable::kNo);
 }());
 KILN_REGISTER_OP(detail::make_def("conv2d_backward_data", "gradient of conv2d w.r.t. its input (transposed convolution)", 2,

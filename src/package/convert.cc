@@ -205,14 +205,30 @@ Graph quantize(const Graph& g, const std::map<int, std::pair<float, float>>& ran
     Attrs a;
     if (conv) {
       for (const auto& [k, v] : n.attrs.items())
-        if (k != "activation") a.set(k, v);
+        if (k != "activation" && k != "max_pool") a.set(k, v);
+    }
+    // A fused_conv2d with a pooled store (conv_pool_fusion) becomes the quantized
+    // convolution and a max_pool2d again (chain_int8 then runs the pool on u8).
+    const bool pooled = conv && n.attrs.get_int("max_pool", 0) == 2;
+    TensorMeta q_out = n.outputs[0];
+    if (pooled) {
+      std::vector<TensorMeta> in;
+      for (ValueRef v : n.inputs) in.push_back(g.meta(v));
+      q_out = OpRegistry::global().get("conv2d").infer(in, a)[0];
     }
     a.set("x_scale", scale);
     a.set("x_zero_point", zp);
     const std::string act = n.attrs.get_string("activation", "");
     a.set("activation", std::string(act == "relu" ? "relu" : "none"));
-    const int q = r.out.add(op_node(conv ? "qlinear_conv2d" : "qlinear_matmul", {r.remap(n.inputs[0]), {wq, 0}, {ws, 0}, bias},
-                                    std::move(a), {n.outputs[0]}));
+    int q = r.out.add(op_node(conv ? "qlinear_conv2d" : "qlinear_matmul", {r.remap(n.inputs[0]), {wq, 0}, {ws, 0}, bias},
+                              std::move(a), {q_out}));
+    if (pooled)
+      q = r.out.add(op_node("max_pool2d", {{q, 0}},
+                            {{"ksize", std::vector<int64_t>{2, 2}},
+                             {"strides", std::vector<int64_t>{2, 2}},
+                             {"padding", std::string("valid")},
+                             {"data_format", std::string("NHWC")}},
+                            {n.outputs[0]}));
     r.map[i] = {{q, 0}};
     ++*count;
   }

@@ -1,5 +1,6 @@
 // Graph passes, each alone and as the pipeline: the rewritten graph (node counts, ops
 // gone) and equal outputs before and after, on hand-made and randomised graphs.
+#include <functional>
 #include <random>
 
 #include "kiln/autodiff/tape.h"
@@ -142,6 +143,75 @@ TEST(PassesTest, FusesConvRelu) {
   const OpDef& op = OpRegistry::global().get("fused_conv2d");
   EXPECT_KILN_ERROR(call_op1(op, std::vector<Tensor>{x, w}, {{"activation", std::string("tanh")}}), kInvalidArgument,
                     "unknown activation 'tanh'");
+}
+
+// max_pool2d (2x2, stride 2, unpadded, NHWC) of a convolution read only by it becomes
+// fused_conv2d with max_pool = 2 (with or without the ReLU, odd sizes too); a
+// convolution read twice, a 3x3 or stride-1 pool and NCHW keep their nodes.
+TEST(PassesTest, FusesConvMaxPool) {
+  const Tensor w = rand_tensor({3, 3, 3, 16}, DType::kF32, -1, 1, 41), b = rand_tensor({16}, DType::kF32, -1, 1, 42);
+  const Tensor wn = rand_tensor({16, 3, 3, 3}, DType::kF32, -1, 1, 43);
+  ops::Conv2dOptions same, nchw;
+  same.padding = "same";
+  nchw.padding = "same";
+  nchw.data_format = "NCHW";
+  struct Case {
+    const char* name;
+    std::function<std::vector<Tensor>(const Tensor&)> fn;
+    int fused;
+  };
+  const std::vector<Case> cases = {
+      {"relu conv",
+       [&](const Tensor& x) {
+         return std::vector<Tensor>{ops::max_pool2d(ops::relu(ops::conv2d(x, w, same, b)), {2, 2}, {2, 2}, "valid")};
+       },
+       1},
+      {"plain conv",
+       [&](const Tensor& x) {
+         return std::vector<Tensor>{ops::max_pool2d(ops::conv2d(x, w, same), {2, 2}, {2, 2}, "valid")};
+       },
+       1},
+      {"conv read twice",
+       [&](const Tensor& x) {
+         Tensor c = ops::conv2d(x, w, same, b);
+         return std::vector<Tensor>{ops::max_pool2d(c, {2, 2}, {2, 2}, "valid"), ops::exp(c)};
+       },
+       0},
+      {"3x3 pool",
+       [&](const Tensor& x) {
+         return std::vector<Tensor>{ops::max_pool2d(ops::relu(ops::conv2d(x, w, same, b)), {3, 3}, {2, 2}, "valid")};
+       },
+       0},
+      {"stride 1",
+       [&](const Tensor& x) {
+         return std::vector<Tensor>{ops::max_pool2d(ops::relu(ops::conv2d(x, w, same, b)), {2, 2}, {1, 1}, "valid")};
+       },
+       0},
+      {"NCHW",
+       [&](const Tensor& x) {
+         Tensor xn = ops::transpose(x, {0, 3, 1, 2});
+         return std::vector<Tensor>{
+             ops::max_pool2d(ops::relu(ops::conv2d(xn, wn, nchw)), {2, 2}, {2, 2}, "valid", "NCHW")};
+       },
+       0},
+  };
+  for (const Case& c : cases) {
+    for (const Shape& shape : {Shape{2, 8, 8, 3}, Shape{3, 9, 7, 3}}) {
+      SCOPED_TRACE(std::string(c.name) + " " + shape.str());
+      Graph g = traced([&](const std::vector<Tensor>& x) { return c.fn(x[0]); }, {ops::ones(shape)});
+      const Tensor x = rand_tensor(shape, DType::kF32, -1, 1, 44);
+      const std::vector<Tensor> want = run(g, {x});
+      const int pools = g.count_ops("max_pool2d");
+      optimize(g);
+      int fused = 0;
+      for (const Node& n : g.nodes) fused += n.kind == NodeKind::kOp && n.attrs.get_int("max_pool", 0) == 2;
+      EXPECT_EQ(fused, c.fused) << g.str();
+      EXPECT_EQ(g.count_ops("max_pool2d"), pools - c.fused);
+      const std::vector<Tensor> got = run(g, {x});
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_CLOSE(got[i], want[i], 1e-5, 1e-5);
+    }
+  }
 }
 
 // The gradient through relu -> max_pool2d: relu_grad(max_pool2d_backward(y, g), y)

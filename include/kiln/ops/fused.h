@@ -2,7 +2,9 @@
 // Fused ops that graph passes create (kiln/graph/passes.h); eager code does not call
 // them. Not differentiable: graphs are differentiated before they are fused.
 //   fused_matmul(a, b, bias)        activation(a @ b + bias)
-//   fused_conv2d(x, w[, bias])      conv2d with a ReLU post-op (nn_conv.cc)
+//   fused_conv2d(x, w[, bias])      conv2d with a ReLU post-op (attr activation) and,
+//       with attr max_pool = 2 (NHWC), a 2x2 max pool with stride 2 and no padding on
+//       that: output [N, OH/2, OW/2, O] (nn_conv.cc)
 //   fused_elementwise(x0, x1, ...)  a chain or tree of f32 elementwise ops in one loop:
 //       attrs ops = "exp,add,..." (one op per instruction) and args = two register
 //       indices per instruction (-1 for the second of a unary op). Registers are the

@@ -14,6 +14,7 @@
 #include "kiln/core/kernel_cache.h"
 #include "kiln/core/parallel.h"
 #include "nn_kernel_util.h"
+#include "pool_2x2.h"
 
 namespace kiln::cpu {
 namespace {
@@ -260,18 +261,16 @@ memory forward_filter(const DnnlConv& c, const memory::desc& want, void* user) {
   return m;
 }
 
-// conv2d, and fused_conv2d (relu: a ReLU post-op, one pass over the output).
-void conv2d_forward_f32(OpContext& ctx, bool relu) {
-  const Conv2dGeometry g = conv2d_geometry("conv2d", ctx.in[0].shape(), ctx.in[1].shape(), ctx.attrs);
-  if (ctx.out[0].numel() == 0) return;
+// conv2d, and fused_conv2d (relu: a ReLU post-op, one pass over the output), into y
+// (the convolution's whole output, NHWC or NCHW as the attrs say).
+void conv2d_forward_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu, float* y) {
   const bool with_bias = ctx.in.size() == 3;
   const float* bias = with_bias ? static_cast<const float*>(ctx.in[2].raw_data()) : nullptr;
   direct_conv::Problem dp;
   if (direct_problem(g, dp)) {
     std::shared_ptr<const std::vector<float>> hold;
     const float* w = direct_filter(dp, static_cast<const float*>(ctx.in[1].raw_data()), false, hold);
-    direct_conv::run(dp, static_cast<const float*>(ctx.in[0].raw_data()), w, bias,
-                     static_cast<float*>(ctx.out[0].raw_data()), relu);
+    direct_conv::run(dp, static_cast<const float*>(ctx.in[0].raw_data()), w, bias, y, relu);
     return;
   }
   DnnlConv c(g, with_bias);
@@ -284,23 +283,84 @@ void conv2d_forward_f32(OpContext& ctx, bool relu) {
     memory wm = forward_filter(c, nn::queried_md(p, dnnl_query_weights_md), ctx.in[1].raw_data());
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(c.src, eng, ctx.in[0].raw_data())},
                                          {DNNL_ARG_WEIGHTS, wm},
-                                         {DNNL_ARG_DST, memory(c.dst, eng, ctx.out[0].raw_data())}};
+                                         {DNNL_ARG_DST, memory(c.dst, eng, y)}};
     if (with_bias) args.emplace(DNNL_ARG_BIAS, memory(c.bias, eng, const_cast<float*>(bias)));
     p.execute(onednn::stream(), args);
     onednn::stream().wait();
   } catch (const dnnl::error&) {
     conv_forward_loop<float>(g, static_cast<const float*>(ctx.in[0].raw_data()),
-                             static_cast<const float*>(ctx.in[1].raw_data()), bias,
-                             static_cast<float*>(ctx.out[0].raw_data()));
+                             static_cast<const float*>(ctx.in[1].raw_data()), bias, y);
     if (relu) {
-      float* y = static_cast<float*>(ctx.out[0].raw_data());
-      for (int64_t i = 0; i < ctx.out[0].numel(); ++i) y[i] = std::max(y[i], 0.0f);
+      const int64_t n = g.n * g.win.oh * g.win.ow * g.o;
+      for (int64_t i = 0; i < n; ++i) y[i] = std::max(y[i], 0.0f);
     }
   }
 }
-void conv2d_f32(OpContext& ctx) { conv2d_forward_f32(ctx, false); }
+
+// fused_conv2d with max_pool = 2 (NHWC; a 2x2 max pool with stride 2 and no padding on
+// the activation's output), without writing the convolution's output to memory: with
+// the direct kernel, each work unit (an image, or a band of its rows when there are
+// fewer images than twice the threads) is a convolution of its own (the band's input
+// rows, padding where the band meets the image's edge) run on one thread into an
+// L2-sized scratch, pooled from there into y. Other convolutions (oneDNN's) write their
+// output to a scratch first.
+void conv2d_pooled_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu) {
+  const int64_t OH = g.win.oh, OW = g.win.ow, O = g.o, PH = OH / 2, PW = OW / 2;
+  float* y = static_cast<float*>(ctx.out[0].raw_data());
+  direct_conv::Problem dp;
+  if (!direct_problem(g, dp)) {
+    std::vector<float> full(static_cast<size_t>(g.n * OH * OW * O));
+    conv2d_forward_f32(ctx, g, relu, full.data());
+    parallel_for(g.n * PH, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const float* r0 = full.data() + (r / PH * OH + 2 * (r % PH)) * OW * O;
+        max_pool_2x2_row(r0, r0 + OW * O, PW, O, y + r * PW * O);
+      }
+    });
+    return;
+  }
+  std::shared_ptr<const std::vector<float>> hold;
+  const float* w = direct_filter(dp, static_cast<const float*>(ctx.in[1].raw_data()), false, hold);
+  const float* x = static_cast<const float*>(ctx.in[0].raw_data());
+  const float* bias = ctx.in.size() == 3 ? static_cast<const float*>(ctx.in[2].raw_data()) : nullptr;
+  const int64_t bands = std::clamp<int64_t>((2 * num_threads() + g.n - 1) / g.n, 1, PH);
+  const int64_t band_rows = (PH + bands - 1) / bands;  // pooled rows per band
+  const int64_t per_image = (PH + band_rows - 1) / band_rows;
+  parallel_for(g.n * per_image, 1, [&](int64_t lo, int64_t hi) {
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(2 * band_rows * OW * O));
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t img = u / per_image, q0 = u % per_image * band_rows, q1 = std::min(PH, q0 + band_rows);
+      // Convolution rows [2 q0, 2 q1) read input rows [2 q0 - pt, 2 q1 - 1 - pt + kh - 1].
+      direct_conv::Problem band = dp;
+      band.n = 1;
+      const int64_t first = 2 * q0 - dp.pt, last = std::min(g.h - 1, 2 * q1 - 1 - dp.pt + dp.kh - 1);
+      const int64_t in0 = std::max<int64_t>(first, 0);
+      band.h = last - in0 + 1;
+      band.pt = in0 - first;
+      band.pb = 2 * (q1 - q0) + dp.kh - 1 - band.h - band.pt;
+      direct_conv::run(band, x + (img * g.h + in0) * g.w * g.c, w, bias, scratch.data(), relu);
+      for (int64_t q = q0; q < q1; ++q) {
+        const float* r0 = scratch.data() + 2 * (q - q0) * OW * O;
+        max_pool_2x2_row(r0, r0 + OW * O, PW, O, y + ((img * PH) + q) * PW * O);
+      }
+    }
+  });
+}
+
+void conv2d_f32(OpContext& ctx) {
+  if (ctx.out[0].numel() == 0) return;
+  const Conv2dGeometry g = conv2d_geometry("conv2d", ctx.in[0].shape(), ctx.in[1].shape(), ctx.attrs);
+  conv2d_forward_f32(ctx, g, false, static_cast<float*>(ctx.out[0].raw_data()));
+}
 void fused_conv2d_f32(OpContext& ctx) {
-  conv2d_forward_f32(ctx, ctx.attrs.get_string("activation", "") == "relu");
+  if (ctx.out[0].numel() == 0) return;
+  const Conv2dGeometry g = conv2d_geometry("conv2d", ctx.in[0].shape(), ctx.in[1].shape(), ctx.attrs);
+  const bool relu = ctx.attrs.get_string("activation", "") == "relu";
+  if (ctx.attrs.get_int("max_pool", 0) == 2)
+    conv2d_pooled_f32(ctx, g, relu);
+  else
+    conv2d_forward_f32(ctx, g, relu, static_cast<float*>(ctx.out[0].raw_data()));
 }
 
 Conv2dGeometry backward_data_geometry(const OpContext& ctx) {

@@ -10,6 +10,7 @@
 #include "kiln/core/parallel.h"
 #include "loops.h"
 #include "nn_kernel_util.h"
+#include "pool_2x2.h"
 
 namespace kiln::cpu {
 namespace {
@@ -108,20 +109,7 @@ bool max_pool_nhwc_2x2(const Pool2dGeometry& g, const T* x, T* y) {
     for (int64_t r = lo; r < hi; ++r) {
       const int64_t n = r / v.oh, oh = r % v.oh;
       const T* r0 = x + (n * g.h + 2 * oh) * row;
-      const T* r1 = r0 + row;
-      T* out = y + r * v.ow * C;
-      for (int64_t ow = 0; ow < v.ow; ++ow) {
-        const T *a = r0 + 2 * ow * C, *b = a + C, *c = r1 + 2 * ow * C, *d = c + C;
-        T* o = out + ow * C;
-        if constexpr (std::is_integral_v<T>) {
-#pragma omp simd
-          for (int64_t k = 0; k < C; ++k) o[k] = std::max(std::max(a[k], b[k]), std::max(c[k], d[k]));
-        } else {
-          auto pick = [](T m, T e) { return (e > m || e != e) ? e : m; };  // NaN sticks once taken
-#pragma omp simd
-          for (int64_t k = 0; k < C; ++k) o[k] = pick(pick(pick(a[k], b[k]), c[k]), d[k]);
-        }
-      }
+      max_pool_2x2_row(r0, r0 + row, v.ow, C, y + r * v.ow * C);
     }
   });
   return true;

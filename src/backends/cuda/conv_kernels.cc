@@ -28,6 +28,7 @@
 #include "kernel_util.h"
 #include "kiln/ops/nn_geometry.h"
 #include "matmul_launch.h"
+#include "pool_launch.h"
 
 namespace kiln::cuda {
 namespace {
@@ -273,8 +274,8 @@ const void* cudnn_filter(KernelScope& s, const Conv& c, const Tensor& w, Tensor&
   return tmp.raw_data();
 }
 
-void conv_forward(OpContext& ctx, bool relu) {
-  Tensor& out = ctx.out[0];
+// conv2d / fused_conv2d into `out` (the convolution's whole output).
+void conv_forward(OpContext& ctx, bool relu, Tensor& out) {
   if (out.numel() == 0) return;
   const Tensor &x = ctx.in[0], &w = ctx.in[1];
   const Conv2dGeometry g = conv2d_geometry("conv2d", x.shape(), w.shape(), ctx.attrs);
@@ -316,8 +317,25 @@ void conv_forward(OpContext& ctx, bool relu) {
   launch_bias_act(yp, out.dtype(), out.numel(), bias, bias_dtype, g.o, inner, relu, s.stream);
 }
 
-void conv2d(OpContext& ctx) { conv_forward(ctx, false); }
-void fused_conv2d(OpContext& ctx) { conv_forward(ctx, ctx.attrs.get_string("activation", "") == "relu"); }
+void conv2d(OpContext& ctx) { conv_forward(ctx, false, ctx.out[0]); }
+
+// With max_pool = 2 (NHWC): the convolution into a scratch tensor, then the 2x2 max
+// pool (stride 2, no padding) into the output.
+void fused_conv2d(OpContext& ctx) {
+  const bool relu = ctx.attrs.get_string("activation", "") == "relu";
+  if (ctx.attrs.get_int("max_pool", 0) != 2) return conv_forward(ctx, relu, ctx.out[0]);
+  Tensor& out = ctx.out[0];
+  if (out.numel() == 0) return;
+  const Conv2dGeometry g = conv2d_geometry("conv2d", ctx.in[0].shape(), ctx.in[1].shape(), ctx.attrs);
+  Tensor full = Tensor::empty(Shape{g.n, g.win.oh, g.win.ow, g.o}, out.dtype(), out.device());
+  conv_forward(ctx, relu, full);
+  KernelScope s(out);
+  PoolDims d;
+  d.n = g.n, d.c = g.o, d.h = g.win.oh, d.w = g.win.ow;
+  d.oh = g.win.oh / 2, d.ow = g.win.ow / 2;
+  d.kh = d.kw = d.sh = d.sw = 2;
+  launch_pool2d(full.raw_data(), out.raw_data(), out.dtype(), d, true, s.stream);
+}
 
 void conv2d_backward_data(OpContext& ctx) {
   Tensor& dx = ctx.out[0];
