@@ -17,7 +17,7 @@ namespace {
 
 constexpr int64_t kPanel = 16;                // columns of B per panel
 constexpr int64_t kRows = 6;                  // rows of the register tile
-constexpr int64_t kKBlock = 512;              // a panel's block: 256 x 16 floats = 16 KiB, in L1
+constexpr int64_t kKBlock = 512;              // a panel's block: 512 x 16 floats (128-1024: level)
 constexpr int64_t kMinMacsPerThread = 65536;  // below this a second thread costs more than it gains
 
 #ifdef KILN_PACKED_GEMM_AVX2
