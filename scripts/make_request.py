@@ -2,19 +2,30 @@
 """Writes a TensorFlow Serving REST predict body for the first N Fashion-MNIST test
 images (pixels scaled to [0, 1], as `kiln train` feeds them): {"instances": [...]},
 each instance 784 floats, or nested lists of the shape given with --shape (the
-serving signature's input without its batch dim: 28,28,1 for the cnn).
-Standard library only. Usage: make_request.py OUT.json [N] [DATA_DIR] [--shape D1,D2,...]"""
+serving signature's input without its batch dim: 28,28,1 for the cnn) or read from
+`kiln show --signature_def serving_default` output with --signature FILE ('-': stdin).
+Standard library only.
+Usage: make_request.py OUT.json [N] [DATA_DIR] [--shape D1,D2,... | --signature FILE]"""
 import argparse
 import gzip
 import json
 import math
+import re
+import sys
 
 p = argparse.ArgumentParser()
 p.add_argument("out")
 p.add_argument("n", nargs="?", type=int, default=2)
 p.add_argument("data", nargs="?", default="/usr/share/datasets/fashion-mnist")
 p.add_argument("--shape", default="784", help="one instance's dims, comma-separated (product 784)")
+p.add_argument("--signature", help="`kiln show --signature_def NAME` output: its first input's shape")
 a = p.parse_args()
+if a.signature:
+    text = sys.stdin.read() if a.signature == "-" else open(a.signature).read()
+    m = re.search(r"shape: \(-1, ([0-9, ]+)\)", text)
+    if not m:
+        p.error(f"--signature {a.signature}: no input shape (-1, ...) in it")
+    a.shape = m.group(1)
 shape = [int(d) for d in a.shape.replace(" ", "").split(",") if d]
 if math.prod(shape) != 784:
     p.error(f"--shape {a.shape}: {math.prod(shape)} values, an image has 784")

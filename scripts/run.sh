@@ -15,9 +15,8 @@ cmake --build --preset release -j "$(nproc)"
   --metrics-json runs/mlp/metrics.json --export runs/mlp/export "$@"
 ./build/release/bin/kiln show --dir runs/mlp/export --all
 # The request's instances take the serving signature's input shape (784, or 28,28,1 for --model cnn).
-shape=$(./build/release/bin/kiln show --dir runs/mlp/export --signature_def serving_default |
-  sed -n 's/^ *shape: (-1, \(.*\))$/\1/p' | head -n 1)
-python3 scripts/make_request.py runs/mlp/request.json 2 --shape "$shape"
+./build/release/bin/kiln show --dir runs/mlp/export --signature_def serving_default |
+  python3 scripts/make_request.py runs/mlp/request.json 2 --signature -
 echo
 echo "Serving runs/mlp/export as model 'fashion_mnist' (Ctrl-C stops). In another shell:"
 echo "  curl -s -X POST http://127.0.0.1:8501/v1/models/fashion_mnist:predict -H 'Content-Type: application/json' -d @runs/mlp/request.json"

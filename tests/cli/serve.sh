@@ -12,6 +12,9 @@
 #            --shutdown_grace_seconds)
 #   config:  --model_config_file with two models; dropping one on SIGHUP; a broken file on
 #            SIGHUP keeps what was served
+#   request: the main job's request (scripts/make_request.py shaped by `kiln show`'s serving
+#            signature, as scripts/run.sh writes it) against an mlp and a cnn package: 200
+#            and two rows of 10 scores each (the cnn runs its fused conv + max-pool kernels)
 #   oom:     KILN_CPU_MEMORY_LIMIT=8M: a 3000-row request exceeds it (429 with the
 #            allocator's figures), a 1-row request still answers 200
 # Every server listens on 127.0.0.1 only, on a port the kernel picks (--rest_api_port 0, parsed
@@ -324,7 +327,26 @@ EOF
     echo "oom: big=$big stats=$stats small=$small again=$again after=$after allocator_metric=$metrics"
     ;;
 
+  request)
+    out=""
+    for model in mlp cnn; do
+      "$KILN" train --model $model --epochs 1 --max-samples 300 --verbose 0 --export "$work/$model" > "$work/train.log" 2>&1 ||
+        { cat "$work/train.log"; fail "kiln train --model $model --export"; }
+      "$KILN" show --dir "$work/$model" --signature_def serving_default |
+        python3 "$(dirname "$0")/../../scripts/make_request.py" "$work/$model.json" 2 --signature - > /dev/null ||
+        fail "make_request.py for $model"
+      start_server --model_name m --model_base_path "$work/$model"
+      status=$(code POST "$base/v1/models/m:predict" "$work/$model.json")
+      rows=$(python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["predictions"]; print(f"{len(p)}x{len(p[0])}")' \
+        "$work/body" 2> /dev/null || echo "none: $(head -c 200 "$work/body")")
+      kill -TERM "$server_pid" && wait "$server_pid" || true
+      server_pid=""
+      out="$out $model=$status:$rows"
+    done
+    echo "request:$out"
+    ;;
+
   *)
-    fail "unknown mode $MODE (load, reload, bad, sigterm, config, oom)"
+    fail "unknown mode $MODE (load, reload, bad, sigterm, config, oom, request)"
     ;;
 esac 2>&1
