@@ -23,8 +23,10 @@ void require_dy(const char* op, const TensorMeta& dy, const Pool2dGeometry& g, c
 std::vector<TensorMeta> infer_max_pool2d_backward(std::span<const TensorMeta> in, const Attrs& a) {
   const char* op = "max_pool2d_backward";
   detail::require_floating(op, in[0]);
-  require_dy(op, in[1], pool2d_geometry(op, in[0].shape, a), in[0].shape, in[0].dtype);
-  return {in[0]};
+  const Pool2dGeometry g = pool2d_geometry(op, in[0].shape, a);
+  require_dy(op, in[1], g, in[0].shape, in[0].dtype);
+  if (!a.get_bool("bias_grad", false)) return {in[0]};
+  return {in[0], {Shape{g.c}, in[0].dtype}};
 }
 
 std::vector<TensorMeta> infer_avg_pool2d_backward(std::span<const TensorMeta> in, const Attrs& a) {
@@ -47,9 +49,13 @@ std::vector<AttrSpec> with_input_shape() {
 // Attr relu (graphs only, set by the pool_backward_relu_fusion pass): dx is also zero
 // where x <= 0, i.e. relu_grad(max_pool2d_backward(x, dy), x) in one pass, for the
 // usual relu -> max_pool2d where x is the ReLU's output.
+// Attr bias_grad (graphs only, set by the bias_gradient_fusion pass): a second output
+// db [C], the sum of dx over all but the channel axis: the gradient of the bias of the
+// convolution whose output was pooled, computed while dx is written.
 std::vector<AttrSpec> max_pool_backward_attrs() {
   std::vector<AttrSpec> r = pool_attr_specs();
   r.push_back({"relu", AttrType::kBool, "also zero dx where x <= 0 (x a ReLU output), default false"});
+  r.push_back({"bias_grad", AttrType::kBool, "second output: dx summed per channel, default false"});
   return r;
 }
 

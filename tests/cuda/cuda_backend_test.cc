@@ -191,6 +191,30 @@ TEST(CudaDevice, FusedElementwiseMatchesTheCpu) {
   EXPECT_CLOSE(got.to(Device::cpu()), want, 1e-5, 1e-6);
 }
 
+// max_pool2d_backward with the graph-only attrs (relu, bias_grad): dx and the
+// per-channel sums match the CPU kernel's, NHWC and NCHW.
+TEST(CudaDevice, MaxPoolBackwardBiasGradMatchesTheCpu) {
+  REQUIRE_GPU();
+  const OpDef& op = OpRegistry::global().get("max_pool2d_backward");
+  for (const char* format : {"NHWC", "NCHW"}) {
+    SCOPED_TRACE(format);
+    const bool nhwc = std::string(format) == "NHWC";
+    Tensor x = ops::random_uniform(nhwc ? Shape{4, 8, 8, 16} : Shape{4, 16, 8, 8}, -1, 1, DType::kF32, 11);
+    Tensor dy = ops::random_uniform(nhwc ? Shape{4, 4, 4, 16} : Shape{4, 16, 4, 4}, -1, 1, DType::kF32, 12);
+    Attrs a{{"ksize", std::vector<int64_t>{2, 2}},
+            {"strides", std::vector<int64_t>{2, 2}},
+            {"padding", std::string("valid")},
+            {"data_format", std::string(format)},
+            {"relu", true},
+            {"bias_grad", true}};
+    std::vector<Tensor> want = call_op(op, std::vector<Tensor>{x, dy}, a);
+    std::vector<Tensor> got = call_op(op, std::vector<Tensor>{x.to(kGpu), dy.to(kGpu)}, a);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_CLOSE(got[0].to(Device::cpu()), want[0], 0, 0);
+    EXPECT_CLOSE(got[1].to(Device::cpu()), want[1], 1e-5, 1e-5);
+  }
+}
+
 TEST(CudaDevice, ReportsReadings) {
   REQUIRE_GPU();
   auto r = find_backend(DeviceType::kCUDA)->readings(0);

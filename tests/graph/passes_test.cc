@@ -4,6 +4,7 @@
 #include <random>
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/core/parallel.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/function.h"
 #include "kiln/ops.h"
@@ -258,6 +259,73 @@ TEST(PassesTest, FusesMaxPoolBackwardWithReluGrad) {
       EXPECT_GT(ops::sum(ops::cast(ops::equal(want[0], ops::scalar(0.0f)), DType::kF32)).item<double>(), 0);
     }
   }
+}
+
+// A convolution's bias gradient through max pooling: sum(max_pool2d_backward(..), every
+// axis but the channel one) becomes the pool backward's second output (attr bias_grad),
+// with and without the fused ReLU mask, on the vectorised 2x2 NHWC kernel (C = 8, 16;
+// 1-3 threads: the same sums), the general NHWC loop (C = 5), overlapping windows and
+// NCHW; axes written negative too. A sum with keepdims or over other axes stays a sum.
+TEST(PassesTest, FusesConvBiasGradientIntoPoolBackward) {
+  struct Case {
+    const char* format;
+    std::vector<int64_t> k, s;
+    Shape x;
+    std::vector<int64_t> axes;
+    bool keepdims, fuses;
+  };
+  const std::vector<int64_t> nhwc{0, 1, 2};
+  for (const Case& c : {Case{"NHWC", {2, 2}, {2, 2}, {3, 8, 6, 8}, nhwc, false, true},
+                        Case{"NHWC", {2, 2}, {2, 2}, {2, 14, 14, 16}, {-4, -3, -2}, false, true},
+                        Case{"NHWC", {2, 2}, {2, 2}, {2, 8, 8, 5}, {2, 0, 1}, false, true},
+                        Case{"NHWC", {3, 3}, {2, 2}, {2, 9, 9, 3}, nhwc, false, true},
+                        Case{"NCHW", {2, 2}, {2, 2}, {2, 3, 8, 8}, {0, 2, 3}, false, true},
+                        Case{"NHWC", {2, 2}, {2, 2}, {2, 8, 8, 8}, nhwc, true, false},
+                        Case{"NHWC", {2, 2}, {2, 2}, {2, 8, 8, 8}, {1, 2}, false, false}}) {
+    for (const bool relu : {false, true}) {
+      SCOPED_TRACE(std::string(c.format) + " " + c.x.str() + " k" + std::to_string(c.k[0]) +
+                   (c.keepdims ? " keepdims" : "") + (relu ? " relu" : ""));
+      Graph g = traced(
+          [&](const std::vector<Tensor>& a) {
+            Tensor dx = ops::max_pool2d_backward(a[0], a[1], c.k, c.s, "valid", c.format);
+            if (relu) dx = ops::relu_grad(dx, a[0]);
+            return std::vector<Tensor>{ops::sum(dx, c.axes, c.keepdims), dx};
+          },
+          {ops::ones(c.x), ops::ones(ops::max_pool2d(ops::ones(c.x), c.k, c.s, "valid", c.format).shape())});
+      const Tensor x = rand_tensor(c.x, DType::kF32, -1, 1, 41);
+      const Tensor dy = rand_tensor(ops::max_pool2d(x, c.k, c.s, "valid", c.format).shape(), DType::kF32, -1, 1, 42);
+      const std::vector<Tensor> want = run(g, {x, dy});
+      optimize(g);
+      EXPECT_EQ(g.count_ops("sum"), c.fuses ? 0 : 1) << g.str();
+      int with_db = 0;
+      for (const Node& n : g.nodes)
+        with_db += n.kind == NodeKind::kOp && n.op->name == "max_pool2d_backward" && n.outputs.size() == 2;
+      EXPECT_EQ(with_db, c.fuses ? 1 : 0);
+      std::vector<Tensor> first;
+      const int saved = num_threads();
+      for (const int threads : {1, 2, 3}) {
+        set_num_threads(threads);
+        const std::vector<Tensor> got = run(g, {x, dy});
+        ASSERT_EQ(got.size(), 2u);
+        EXPECT_CLOSE(got[0], want[0], 1e-5, 1e-5);
+        EXPECT_CLOSE(got[1], want[1], 0, 0);
+        if (first.empty()) first = got;
+        EXPECT_CLOSE(got[0], first[0], 0, 0);  // summed in the same order on any number of threads
+      }
+      set_num_threads(saved);
+    }
+  }
+  // The op's own contract: the second output only with the attr, [C], zeros for an empty batch.
+  const OpDef& op = OpRegistry::global().get("max_pool2d_backward");
+  Attrs a{{"ksize", std::vector<int64_t>{2, 2}},
+          {"strides", std::vector<int64_t>{2, 2}},
+          {"padding", std::string("valid")},
+          {"data_format", std::string("NHWC")},
+          {"bias_grad", true}};
+  std::vector<Tensor> out = call_op(op, std::vector<Tensor>{ops::ones({0, 4, 4, 8}), ops::ones({0, 2, 2, 8})}, a);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].shape(), (Shape{8}));
+  EXPECT_CLOSE(out[1], ops::zeros({8}), 0, 0);
 }
 
 // conv2d -> batch_norm_inference (constants) -> relu: one fused_conv2d with the

@@ -51,6 +51,7 @@ void simplify_shapes(Graph& g);
 void fuse_normalization_patterns(Graph& g);
 void fuse_matmul_bias_activation(Graph& g);
 void fuse_pool_backward_relu(Graph& g);
+void fuse_pool_backward_bias(Graph& g);
 void fuse_conv_pool(Graph& g);
 void fuse_elementwise(Graph& g);
 

@@ -122,11 +122,17 @@ void max_pool_backward_nhwc(const Pool2dGeometry& g, const T* x, const T* dy, T*
 // four x loads, the first maximum (strictly greater, or the first NaN: as above), and
 // dy written to its cell and zeros to the other three (masked by x > 0 with relu).
 // 3.7 -> 1.4 ms on the cnn's [128, 28, 28, 32] in its training step (docs/benchmarks.md).
-bool max_pool_backward_2x2(const Pool2dGeometry& g, const float* x, const float* dy, float* dx, bool relu) {
+// row_sums (attr bias_grad): per output row r = n * oh + row, the sum over its cells
+// of what went to dx, C floats each (summed in order by the caller).
+bool max_pool_backward_2x2_applies(const Pool2dGeometry& g) {
   const auto& v = g.win;
-  if (v.kh != 2 || v.kw != 2 || v.sh != 2 || v.sw != 2 || v.pt != 0 || v.pl != 0 || g.h != 2 * v.oh ||
-      g.w != 2 * v.ow || g.c % 8 != 0)
-    return false;
+  return !g.nchw && v.kh == 2 && v.kw == 2 && v.sh == 2 && v.sw == 2 && v.pt == 0 && v.pl == 0 && g.h == 2 * v.oh &&
+         g.w == 2 * v.ow && g.c % 8 == 0;
+}
+
+void max_pool_backward_2x2(const Pool2dGeometry& g, const float* x, const float* dy, float* dx, bool relu,
+                           float* row_sums) {
+  const auto& v = g.win;
   const int64_t C = g.c, W = g.w, OW = v.ow;
   parallel_for(g.n * v.oh, std::max<int64_t>(1, 16384 / std::max<int64_t>(OW * C, 1)), [&](int64_t lo, int64_t hi) {
     const __m256 zero = _mm256_setzero_ps(), ones = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
@@ -161,16 +167,20 @@ bool max_pool_backward_2x2(const Pool2dGeometry& g, const float* x, const float*
           const __m256 grad = _mm256_loadu_ps(dyr + ow * C + c);
           auto put = [&](float* o, __m256 sel, __m256 e) {
             if (relu) sel = _mm256_and_ps(sel, _mm256_cmp_ps(e, zero, _CMP_GT_OQ));
-            _mm256_storeu_ps(o, _mm256_and_ps(sel, grad));
+            const __m256 out = _mm256_and_ps(sel, grad);
+            _mm256_storeu_ps(o, out);
+            return out;
           };
-          put(d0 + a, s0, e0);
-          put(d0 + b, s1, e1);
-          put(d1 + a, s2, e2);
-          put(d1 + b, s3, e3);
+          const __m256 o0 = put(d0 + a, s0, e0), o1 = put(d0 + b, s1, e1);
+          const __m256 o2 = put(d1 + a, s2, e2), o3 = put(d1 + b, s3, e3);
+          if (row_sums) {
+            float* rs = row_sums + r * C + c;
+            const __m256 cell = _mm256_add_ps(_mm256_add_ps(o0, o1), _mm256_add_ps(o2, o3));
+            _mm256_storeu_ps(rs, _mm256_add_ps(ow == 0 ? zero : _mm256_loadu_ps(rs), cell));
+          }
         }
     }
   });
-  return true;
 }
 #endif
 
@@ -326,17 +336,43 @@ void avg_pool_backward(const Pool2dGeometry& g, const T* dy, T* dx) {
     avg_pool_backward_nhwc<T>(g, dy, dx);
 }
 
+// db = dx summed per channel (attr bias_grad) by the sum op's kernel: the paths that do
+// not sum while they write dx.
+void channel_sums(OpContext& ctx, bool nchw) {
+  const OpDef& sum = OpRegistry::global().get("sum");
+  const Attrs a{{"axes", nchw ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0, 1, 2}}, {"keepdims", false}};
+  OpContext c{sum, ctx.out.first(1), ctx.out.subspan(1, 1), a};
+  sum.kernel(DeviceType::kCPU, ctx.out[1].dtype())(c);
+}
+
 template <typename T>
 void max_pool2d_backward(OpContext& ctx) {
   const Pool2dGeometry g = pool2d_geometry("max_pool2d_backward", ctx.in[0].shape(), ctx.attrs);
-  if (ctx.out[0].numel() == 0) return;
+  const bool bias_grad = ctx.out.size() > 1;
+  if (ctx.out[0].numel() == 0) {
+    if (bias_grad) std::fill_n(static_cast<T*>(ctx.out[1].raw_data()), ctx.out[1].numel(), T(0));
+    return;
+  }
   const T* x = static_cast<const T*>(ctx.in[0].raw_data());
   const T* dy = static_cast<const T*>(ctx.in[1].raw_data());
   T* dx = static_cast<T*>(ctx.out[0].raw_data());
   const bool relu = ctx.attrs.get_bool("relu", false);
 #if defined(__AVX2__)
-  if constexpr (std::is_same_v<T, float>)
-    if (!g.nchw && max_pool_backward_2x2(g, x, dy, dx, relu)) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (max_pool_backward_2x2_applies(g)) {
+      const int64_t rows = g.n * g.win.oh, C = g.c;
+      std::vector<float> row_sums(bias_grad ? static_cast<size_t>(rows * C) : 0);
+      max_pool_backward_2x2(g, x, dy, dx, relu, bias_grad ? row_sums.data() : nullptr);
+      if (bias_grad) {  // rows in order: the same sums for any number of threads
+        float* db = ctx.out[1].data<float>();
+        std::fill_n(db, C, 0.0f);
+        for (int64_t r = 0; r < rows; ++r)
+#pragma omp simd
+          for (int64_t c = 0; c < C; ++c) db[c] += row_sums[static_cast<size_t>(r * C + c)];
+      }
+      return;
+    }
+  }
 #endif
   if (g.nchw)
     max_pool_backward_nchw<T>(g, x, dy, dx);
@@ -348,6 +384,7 @@ void max_pool2d_backward(OpContext& ctx) {
       for (int64_t i = lo; i < hi; ++i) dx[i] = x[i] > T(0) ? dx[i] : T(0);
     });
   }
+  if (bias_grad) channel_sums(ctx, g.nchw);
 }
 
 void avg_pool2d_backward_f32(OpContext& ctx) {

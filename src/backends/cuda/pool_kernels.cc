@@ -45,23 +45,30 @@ void pool2d(OpContext& ctx) {
   launch_pool2d(ctx.in[0].raw_data(), out.raw_data(), out.dtype(), dims_of(g), kMax, s.stream);
 }
 
+// Attr bias_grad: db (the second output) = dx summed per channel, by the sum op's
+// kernel after dx is written (a fused sum is the CPU kernel's).
 void max_pool2d_backward(OpContext& ctx) {
   const Pool2dGeometry g = pool2d_geometry("max_pool2d_backward", ctx.in[0].shape(), ctx.attrs);
   Tensor& dx = ctx.out[0];
-  if (dx.numel() == 0) return;
   KernelScope s(dx);
-  if (ctx.in[1].numel() == 0) {  // no windows (cannot happen for a non-empty input, kept for safety)
+  if (dx.numel() > 0 && ctx.in[1].numel() == 0)  // no windows (cannot happen for a non-empty input, kept for safety)
     KILN_CUDA_CHECK(cudaMemsetAsync(dx.raw_data(), 0, dx.nbytes(), s.stream));
-    return;
+  if (dx.numel() > 0 && ctx.in[1].numel() > 0) {
+    PoolDims d = dims_of(g);
+    d.relu = ctx.attrs.get_bool("relu", false);
+    launch_max_pool2d_backward(ctx.in[0].raw_data(), ctx.in[1].raw_data(), dx.raw_data(), dx.dtype(), d, s.stream);
   }
-  PoolDims d = dims_of(g);
-  d.relu = ctx.attrs.get_bool("relu", false);
-  launch_max_pool2d_backward(ctx.in[0].raw_data(), ctx.in[1].raw_data(), dx.raw_data(), dx.dtype(), d, s.stream);
+  if (ctx.out.size() > 1) {
+    const OpDef& sum = OpRegistry::global().get("sum");
+    const Attrs a{{"axes", g.nchw ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0, 1, 2}},
+                  {"keepdims", false}};
+    OpContext c{sum, ctx.out.first(1), ctx.out.subspan(1, 1), a};
+    sum.kernel(DeviceType::kCUDA, ctx.out[1].dtype())(c);
+  }
 }
 
 void avg_pool2d_backward(OpContext& ctx) {
-  const Pool2dGeometry g =
-      pool2d_geometry("avg_pool2d_backward", Shape(ctx.attrs.get_ints("input_shape")), ctx.attrs);
+  const Pool2dGeometry g = pool2d_geometry("avg_pool2d_backward", Shape(ctx.attrs.get_ints("input_shape")), ctx.attrs);
   Tensor& dx = ctx.out[0];
   if (dx.numel() == 0) return;
   KernelScope s(dx);

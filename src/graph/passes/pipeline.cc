@@ -24,6 +24,7 @@ const std::vector<Pass>& passes() {
       {"auto_mixed_precision", 2, auto_mixed_precision_from_env},
       {"matmul_bias_activation_fusion", 2, fuse_matmul_bias_activation},
       {"pool_backward_relu_fusion", 2, fuse_pool_backward_relu},
+      {"pool_backward_bias_fusion", 2, fuse_pool_backward_bias},
       {"conv_pool_fusion", 2, fuse_conv_pool},
       {"elementwise_fusion", 2, fuse_elementwise},
       {"dead_code_elimination", 1, eliminate_dead_code},
