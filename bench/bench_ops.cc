@@ -8,7 +8,9 @@
 //   the cnn's 3x3 32->64 NHWC convolution (14x14, batch 1/64/128), forward, backward
 //   data and backward filter, and its first layer 3x3 1->32 (28x28) forward: kiln (its
 //   direct kernel; KILN_DIRECT_CONV=0 for oneDNN) vs oneDNN's primitives called
-//   directly (filters pre-reordered to its layout).
+//   directly (filters pre-reordered to its layout);
+//   conv1_pool_grad/<batch>: the first layer's filter and bias gradients through its
+//   ReLU and 2x2 max pool, fused_conv2d_backward_filter vs the unfused ops.
 // Run: build/release/bin/bench_ops --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
@@ -22,6 +24,7 @@
 #include "backends/cpu/vecmath.h"
 #include "kiln/graph/function.h"
 #include "kiln/kiln.h"
+#include "kiln/ops/nn_grad.h"
 #include "ratio_reporter.h"
 
 using namespace kiln;
@@ -177,6 +180,47 @@ KILN_CONV_BENCH(BM_conv_bwd_filter_peer, "conv3x3_32to64_bwd_filter/peer");
 KILN_CONV_BENCH(BM_conv1_fwd_kiln, "conv3x3_1to32_fwd/kiln");
 KILN_CONV_BENCH(BM_conv1_fwd_peer, "conv3x3_1to32_fwd/peer");
 #undef KILN_CONV_BENCH
+
+// The first layer's gradients in a training step (the cnn: 28x28, 3x3 1->32, ReLU, 2x2
+// max pool): kiln = fused_conv2d_backward_filter (what the graph runs, relu + bias) vs
+// peer = the ops it replaces, as eager mode runs them (max_pool2d_backward, relu_grad,
+// conv2d_backward_filter, the bias sum).
+struct PooledLayer {
+  Tensor x, y, dp;
+  explicit PooledLayer(int64_t n)
+      : x(ops::random_uniform({n, 28, 28, 1}, 0, 1, DType::kF32, 1)),
+        y(ops::relu(ops::random_uniform({n, 28, 28, 32}, -1, 1, DType::kF32, 2))),
+        dp(ops::random_uniform({n, 14, 14, 32}, -1, 1, DType::kF32, 3)) {}
+};
+void BM_conv1_pool_grad_kiln(benchmark::State& st) {
+  PooledLayer l(st.range(0));
+  Attrs a{{"filter_shape", std::vector<int64_t>{3, 3, 1, 32}},
+          {"padding", std::string("same")},
+          {"relu", true},
+          {"bias_grad", true}};
+  const OpDef& op = OpRegistry::global().get("fused_conv2d_backward_filter");
+  for (auto _ : st) benchmark::DoNotOptimize(call_op(op, std::vector<Tensor>{l.x, l.y, l.dp}, a));
+}
+void BM_conv1_pool_grad_peer(benchmark::State& st) {
+  PooledLayer l(st.range(0));
+  for (auto _ : st) {
+    Tensor d = ops::relu_grad(ops::max_pool2d_backward(l.y, l.dp, {2, 2}, {2, 2}, "valid"), l.y);
+    benchmark::DoNotOptimize(ops::conv2d_backward_filter(l.x, d, {3, 3, 1, 32}, same_conv()));
+    benchmark::DoNotOptimize(ops::sum(d, {0, 1, 2}));
+  }
+}
+BENCHMARK(BM_conv1_pool_grad_kiln)
+    ->Name("conv1_pool_grad/kiln")
+    ->Arg(32)
+    ->Arg(128)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(BM_conv1_pool_grad_peer)
+    ->Name("conv1_pool_grad/peer")
+    ->Arg(32)
+    ->Arg(128)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // ---- elementwise on 64 MiB ---------------------------------------------------------
 

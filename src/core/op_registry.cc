@@ -250,4 +250,17 @@ Tensor call_op1(const OpDef& op, std::span<const Tensor> inputs, const Attrs& at
   return std::move(outs[0]);
 }
 
+void run_kernel(const char* name, DeviceType device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+                const Attrs& attrs) {
+  const OpDef& op = OpRegistry::global().get(name);
+  const DType key =
+      op.dispatch_input >= 0 ? inputs[static_cast<size_t>(op.dispatch_input)].dtype() : outputs[0].dtype();
+  KernelFn k = op.kernel(device, key);
+  if (!k)
+    throw UnimplementedError(
+        detail::str_cat("op '", op.name, "' has no ", device_type_name(device), " kernel for dtype ", dtype_name(key)));
+  OpContext ctx{op, inputs, outputs, attrs};
+  k(ctx);
+}
+
 }  // namespace kiln

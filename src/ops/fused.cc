@@ -6,6 +6,21 @@
 #include "op_util.h"
 
 namespace kiln::ops {
+
+void fused_conv2d_backward_filter_unfused(OpContext& ctx) {
+  const Tensor& y = ctx.in[1];
+  const bool bias_grad = ctx.out.size() > 1;
+  const DeviceType dev = y.device().type;
+  const Attrs pool{{"ksize", std::vector<int64_t>{2, 2}},       {"strides", std::vector<int64_t>{2, 2}},
+                   {"padding", std::string("valid")},           {"data_format", std::string("NHWC")},
+                   {"relu", ctx.attrs.get_bool("relu", false)}, {"bias_grad", bias_grad}};
+  std::vector<Tensor> pooled{Tensor::empty(y.shape(), y.dtype(), y.device())};
+  if (bias_grad) pooled.push_back(ctx.out[1]);  // a handle on the output: the sum lands there
+  run_kernel("max_pool2d_backward", dev, ctx.in.subspan(1, 2), pooled, pool);
+  const Tensor filter_in[] = {ctx.in[0], pooled[0]};
+  run_kernel("conv2d_backward_filter", dev, filter_in, ctx.out.first(1), ctx.attrs);
+}
+
 namespace {
 
 // fused_matmul(a [M, K], b [K, N], bias [N]) = activation(a @ b + bias), with the

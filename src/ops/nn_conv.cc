@@ -157,6 +157,43 @@ KILN_REGISTER_OP([] {
   return detail::make_def("fused_conv2d", "max_pool?(activation(conv2d(x, w, bias?))), made by graph fusion", -1,
                           infer_fused_conv2d, attrs, Differentiable::kNo);
 }());
+// fused_conv2d_backward_filter(x, y, dp) = conv2d_backward_filter(x, dy) with
+// dy = max_pool2d_backward(y, dp) (2x2 window, stride 2, no padding, NHWC), zero where
+// y <= 0 with attr relu (y the ReLU'd convolution output the pool read); attr bias_grad
+// adds a second output, dy summed per channel. Made by pool_backward_filter_fusion for a
+// convolution whose input needs no gradient (a network's first layer): dy is then read
+// by the filter gradient only and need not be written whole.
+std::vector<TensorMeta> infer_fused_conv2d_backward_filter(std::span<const TensorMeta> in, const Attrs& a) {
+  const char* op = "fused_conv2d_backward_filter";
+  require_conv_dtypes(op, in[0], in[1]);
+  require_conv_dtypes(op, in[0], in[2]);
+  if (a.get_string("data_format", "NHWC") != "NHWC")
+    throw InvalidArgumentError(std::string(op) + ": needs data_format NHWC");
+  const Conv2dGeometry g = conv2d_geometry(op, in[0].shape, shape_attr(op, a, "filter_shape"), a);
+  const Shape conv = g.output_shape();
+  if (in[1].shape != conv)
+    throw InvalidArgumentError(std::string(op) + ": y must have conv2d's output shape " + conv.str() + ", got " +
+                               in[1].shape.str());
+  if (conv[1] < 2 || conv[2] < 2)
+    throw InvalidArgumentError(std::string(op) + ": a 2x2 max pool needs a convolution output of at least 2x2, got " +
+                               conv.str());
+  const Shape pooled{conv[0], conv[1] / 2, conv[2] / 2, conv[3]};
+  if (in[2].shape != pooled)
+    throw InvalidArgumentError(std::string(op) + ": dp must have the pool's output shape " + pooled.str() + ", got " +
+                               in[2].shape.str());
+  std::vector<TensorMeta> out = {{g.filter_shape(), in[0].dtype}};
+  if (a.get_bool("bias_grad", false)) out.push_back({Shape{g.o}, in[0].dtype});
+  return out;
+}
+KILN_REGISTER_OP(detail::make_def(
+    "fused_conv2d_backward_filter",
+    "conv2d_backward_filter(x, relu_grad?(max_pool2d_backward(y, dp), y)) for a 2x2/2 pool, and the bias gradient; "
+    "made by graph fusion",
+    3, infer_fused_conv2d_backward_filter,
+    with(kConvAttrs, {{"filter_shape", AttrType::kInts, "shape of conv2d's filter"},
+                      {"relu", AttrType::kBool, "dy is also zero where y <= 0 (y a ReLU output), default false"},
+                      {"bias_grad", AttrType::kBool, "second output: dy summed per channel, default false"}}),
+    Differentiable::kNo));
 KILN_REGISTER_OP(detail::make_def("conv2d_backward_data", "gradient of conv2d w.r.t. its input (transposed convolution)", 2,
                      infer_conv2d_backward_data,
                      with(kConvAttrs, {{"input_shape", AttrType::kInts, "shape of conv2d's input"}})));

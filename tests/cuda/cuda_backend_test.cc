@@ -215,6 +215,23 @@ TEST(CudaDevice, MaxPoolBackwardBiasGradMatchesTheCpu) {
   }
 }
 
+TEST(CudaDevice, FusedConvBackwardFilterMatchesTheCpu) {
+  REQUIRE_GPU();
+  const OpDef& op = OpRegistry::global().get("fused_conv2d_backward_filter");
+  Tensor x = ops::random_uniform({4, 12, 12, 1}, -1, 1, DType::kF32, 13);
+  Tensor y = ops::relu(ops::random_uniform({4, 12, 12, 32}, -1, 1, DType::kF32, 14));
+  Tensor dp = ops::random_uniform({4, 6, 6, 32}, -1, 1, DType::kF32, 15);
+  Attrs a{{"filter_shape", std::vector<int64_t>{3, 3, 1, 32}},
+          {"padding", std::string("same")},
+          {"relu", true},
+          {"bias_grad", true}};
+  std::vector<Tensor> want = call_op(op, std::vector<Tensor>{x, y, dp}, a);
+  std::vector<Tensor> got = call_op(op, std::vector<Tensor>{x.to(kGpu), y.to(kGpu), dp.to(kGpu)}, a);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_CLOSE(got[0].to(Device::cpu()), want[0], 1e-4, 1e-4);
+  EXPECT_CLOSE(got[1].to(Device::cpu()), want[1], 1e-5, 1e-5);
+}
+
 TEST(CudaDevice, ReportsReadings) {
   REQUIRE_GPU();
   auto r = find_backend(DeviceType::kCUDA)->readings(0);

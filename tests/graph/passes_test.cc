@@ -328,6 +328,112 @@ TEST(PassesTest, FusesConvBiasGradientIntoPoolBackward) {
   EXPECT_CLOSE(out[1], ops::zeros({8}), 0, 0);
 }
 
+// The first convolution's gradients in a training graph: conv2d_backward_filter of the
+// pool's dx (after the relu and bias fusions) becomes fused_conv2d_backward_filter, whose
+// CPU kernel never writes dx whole (the fast path) or runs the unfused pair (others).
+TEST(PassesTest, FusesPoolBackwardIntoTheFilterGradient) {
+  struct Case {
+    Shape x;
+    int64_t k, o;
+    const char* padding;
+    int64_t stride;
+  };
+  for (const Case& c : {Case{{2, 8, 8, 1}, 3, 32, "same", 1},     // the cnn's first layer: the fast path
+                        Case{{3, 12, 10, 3}, 3, 16, "same", 1},   // RGB, 16 channels: fast
+                        Case{{2, 10, 6, 4}, 5, 16, "same", 1},    // 5x5, four channels: fast
+                        Case{{5, 4, 4, 1}, 3, 32, "same", 1},     // more parts than pooled rows per image
+                        Case{{2, 9, 9, 1}, 3, 32, "valid", 1},    // odd convolution output: unfused kernels
+                        Case{{2, 8, 8, 8}, 3, 16, "same", 1},     // Winograd's filter gradient: unfused kernels
+                        Case{{2, 8, 8, 2}, 3, 24, "same", 1},     // 24 channels: unfused kernels
+                        Case{{2, 12, 12, 1}, 3, 16, "same", 2}})  // stride 2: unfused kernels
+    for (const bool relu : {false, true})
+      for (const bool bias : {false, true}) {
+        SCOPED_TRACE(c.x.str() + " k" + std::to_string(c.k) + " o" + std::to_string(c.o) + " " + c.padding + " s" +
+                     std::to_string(c.stride) + (relu ? " relu" : "") + (bias ? " bias" : ""));
+        ops::Conv2dOptions o;
+        o.padding = c.padding;
+        o.strides = {c.stride, c.stride};
+        const Shape fshape{c.k, c.k, c.x[3], c.o};
+        const Shape yshape = ops::conv2d(ops::ones(c.x), ops::ones(fshape), o).shape();
+        const Shape pshape = ops::max_pool2d(ops::ones(yshape), {2, 2}, {2, 2}).shape();
+        Graph g = traced(
+            [&](const std::vector<Tensor>& a) {
+              Tensor d = ops::max_pool2d_backward(a[1], a[2], {2, 2}, {2, 2}, "valid");
+              if (relu) d = ops::relu_grad(d, a[1]);
+              std::vector<Tensor> out{ops::conv2d_backward_filter(a[0], d, fshape, o)};
+              if (bias) out.push_back(ops::sum(d, {0, 1, 2}));
+              return out;
+            },
+            {ops::ones(c.x), ops::ones(yshape), ops::ones(pshape)});
+        const Tensor x = rand_tensor(c.x, DType::kF32, -1, 1, 51);
+        // Quarter steps: ties in most windows (the first maximum takes the gradient), zeros for the ReLU mask.
+        const Tensor y = ops::div(ops::floor(ops::mul(rand_tensor(yshape, DType::kF32, -1, 1, 52), ops::full({}, 4))),
+                                  ops::full({}, 4));
+        const Tensor dp = rand_tensor(pshape, DType::kF32, -1, 1, 53);
+        const std::vector<Tensor> want = run(g, {x, y, dp});
+        optimize(g);
+        EXPECT_EQ(g.count_ops("fused_conv2d_backward_filter"), 1) << g.str();
+        EXPECT_EQ(g.count_ops("max_pool2d_backward") + g.count_ops("conv2d_backward_filter") + g.count_ops("sum"), 0)
+            << g.str();
+        const int saved = num_threads();
+        for (const int threads : {1, 2, 3}) {
+          set_num_threads(threads);
+          const std::vector<Tensor> got = run(g, {x, y, dp});
+          ASSERT_EQ(got.size(), want.size());
+          EXPECT_CLOSE(got[0], want[0], 1e-5, 1e-5);
+          if (bias) EXPECT_CLOSE(got[1], want[1], 1e-5, 1e-5);
+        }
+        set_num_threads(saved);
+      }
+
+  // Not fused: dx read by the data gradient too (a layer whose input needs one), a 3x3
+  // pool, and a bias gradient read before the filter gradient.
+  const Tensor w = ops::ones({3, 3, 2, 16});
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant);
+    const std::vector<int64_t> k = variant == 1 ? std::vector<int64_t>{3, 3} : std::vector<int64_t>{2, 2};
+    ops::Conv2dOptions o;
+    o.padding = "same";
+    const Shape pshape = ops::max_pool2d(ops::ones({2, 8, 8, 16}), k, {2, 2}).shape();
+    Graph g = traced(
+        [&](const std::vector<Tensor>& a) {
+          Tensor d = ops::max_pool2d_backward(a[1], a[2], k, {2, 2}, "valid");
+          std::vector<Tensor> out;
+          if (variant == 2) out.push_back(ops::mul(ops::sum(d, {0, 1, 2}), ops::full({}, 2)));
+          out.push_back(ops::conv2d_backward_filter(a[0], d, w.shape(), o));
+          if (variant == 0) out.push_back(ops::conv2d_backward_data(d, w, a[0].shape(), o));
+          return out;
+        },
+        {ops::ones({2, 8, 8, 2}), ops::ones({2, 8, 8, 16}), ops::ones(pshape)});
+    const std::vector<Tensor> in{rand_tensor({2, 8, 8, 2}, DType::kF32, -1, 1, 54),
+                                 rand_tensor({2, 8, 8, 16}, DType::kF32, -1, 1, 55),
+                                 rand_tensor(pshape, DType::kF32, -1, 1, 56)};
+    const std::vector<Tensor> want = run(g, in);
+    optimize(g);
+    EXPECT_EQ(g.count_ops("fused_conv2d_backward_filter"), 0) << g.str();
+    EXPECT_EQ(g.count_ops("conv2d_backward_filter"), 1) << g.str();
+    const std::vector<Tensor> got = run(g, in);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_CLOSE(got[i], want[i], 1e-5, 1e-5);
+  }
+
+  // The op's contract.
+  const OpDef& op = OpRegistry::global().get("fused_conv2d_backward_filter");
+  Attrs a{{"filter_shape", std::vector<int64_t>{3, 3, 1, 16}}, {"padding", std::string("same")}, {"bias_grad", true}};
+  auto call = [&](const Shape& x, const Shape& y, const Shape& dp, DType dt = DType::kF32) {
+    return call_op(op, std::vector<Tensor>{ops::ones(x, dt), ops::ones(y), ops::ones(dp)}, a);
+  };
+  const std::vector<Tensor> out = call({2, 8, 8, 1}, {2, 8, 8, 16}, {2, 4, 4, 16});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].shape(), (Shape{3, 3, 1, 16}));
+  EXPECT_EQ(out[1].shape(), (Shape{16}));
+  EXPECT_THROW(call({2, 8, 8, 1}, {2, 8, 6, 16}, {2, 4, 3, 16}), InvalidArgumentError);  // y not the conv's output
+  EXPECT_THROW(call({2, 8, 8, 1}, {2, 8, 8, 16}, {2, 4, 5, 16}), InvalidArgumentError);  // dp not the pool's
+  EXPECT_THROW(call({2, 8, 8, 1}, {2, 8, 8, 16}, {2, 4, 4, 16}, DType::kF64), InvalidArgumentError);
+  EXPECT_THROW(call({2, 1, 1, 1}, {2, 1, 1, 16}, {2, 0, 0, 16}), InvalidArgumentError);  // no 2x2 window
+  a.set("data_format", std::string("NCHW"));
+  EXPECT_THROW(call({2, 1, 8, 8}, {2, 16, 8, 8}, {2, 16, 4, 4}), InvalidArgumentError);
+}
+
 // conv2d -> batch_norm_inference (constants) -> relu: one fused_conv2d with the
 // statistics folded into its filter and bias; NHWC and NCHW, with and without a bias.
 TEST(PassesTest, FoldsBatchNormIntoConv) {

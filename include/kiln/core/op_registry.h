@@ -161,6 +161,12 @@ std::vector<Tensor> call_op(const OpDef& op, std::span<const Tensor> inputs, con
 Tensor call_op1(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs,
                 Device device = Device::cpu());
 
+// Runs the kernel of `op` for `device` on outputs already allocated with the shapes its
+// infer gives (one kernel composing others, e.g. a fused op's fallback); the kernel is
+// chosen as call_op chooses it. Throws UnimplementedError when there is none.
+void run_kernel(const char* op, DeviceType device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+                const Attrs& attrs);
+
 // Static registration helpers.
 struct OpRegistration {
   explicit OpRegistration(OpDef def);

@@ -14,7 +14,10 @@
 // statistics), the automatic mixed-precision pass (only with KILN_AUTO_MIXED_PRECISION
 // set: kiln/graph/auto_mixed_precision.h), softmax / log_softmax / layer_norm written
 // out of primitive ops into the fused op, fusion (matmul + bias + ReLU into
-// fused_matmul, conv2d + ReLU into fused_conv2d, max_pool2d_backward + relu_grad,
+// fused_matmul, conv2d + ReLU into fused_conv2d, max_pool2d_backward + relu_grad, a
+// convolution's bias gradient into the max_pool2d_backward before it, that backward
+// into the filter gradient of a convolution whose input needs no gradient
+// (fused_conv2d_backward_filter), conv2d + 2x2 max_pool2d in inference graphs,
 // trees of f32 elementwise ops into fused_elementwise: one loop, with inputs of the
 // output's shape, single elements, or broadcast along leading dims such as a bias).
 #include <map>
@@ -52,6 +55,7 @@ void fuse_normalization_patterns(Graph& g);
 void fuse_matmul_bias_activation(Graph& g);
 void fuse_pool_backward_relu(Graph& g);
 void fuse_pool_backward_bias(Graph& g);
+void fuse_pool_backward_filter(Graph& g);
 void fuse_conv_pool(Graph& g);
 void fuse_elementwise(Graph& g);
 
@@ -61,5 +65,11 @@ void replace_uses(Graph& g, ValueRef from, ValueRef to);
 // How many times each value is read: by node inputs (with repeats), graph outputs and
 // assignments.
 std::map<ValueRef, int> count_uses(const Graph& g);
+// Per node: whether an output or an assignment depends on it (inputs are always live);
+// what dead-code elimination keeps.
+std::vector<bool> live_nodes(const Graph& g);
+// count_uses, counting only the inputs of live nodes (a fusion earlier in the pipeline
+// leaves the nodes it replaced reading their inputs until dead-code elimination).
+std::map<ValueRef, int> count_live_uses(const Graph& g);
 
 }  // namespace kiln::graph

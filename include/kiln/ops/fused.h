@@ -5,6 +5,10 @@
 //   fused_conv2d(x, w[, bias])      conv2d with a ReLU post-op (attr activation) and,
 //       with attr max_pool = 2 (NHWC), a 2x2 max pool with stride 2 and no padding on
 //       that: output [N, OH/2, OW/2, O] (nn_conv.cc)
+//   fused_conv2d_backward_filter(x, y, dp)  conv2d_backward_filter(x, dy) where dy is
+//       max_pool2d_backward(y, dp) for a 2x2 pool with stride 2 (NHWC), zero where
+//       y <= 0 with attr relu; attr bias_grad adds dy summed per channel as a second
+//       output. dy is never written whole (nn_conv.cc; CPU kernel conv_pool_backward_kernels.cc)
 //   fused_elementwise(x0, x1, ...)  a chain or tree of f32 elementwise ops in one loop:
 //       attrs ops = "exp,add,..." (one op per instruction) and args = two register
 //       indices per instruction (-1 for the second of a unary op). Registers are the
@@ -15,9 +19,15 @@
 //       what the op's own kernel computes (same expression, in f32).
 #include <string>
 
+#include "kiln/core/op_registry.h"
 #include "kiln/core/shape.h"
 
 namespace kiln::ops {
+
+// fused_conv2d_backward_filter as the ops it fuses, on the inputs' device: dy into a
+// temporary by max_pool2d_backward's kernel (with the bias sum), then
+// conv2d_backward_filter's. The CUDA kernel, and the CPU kernel's fallback.
+void fused_conv2d_backward_filter_unfused(OpContext& ctx);
 
 // Whether fused_elementwise can run `op`; *binary tells its arity.
 bool fusable_elementwise(const std::string& op, bool* binary);

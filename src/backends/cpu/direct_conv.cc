@@ -159,15 +159,27 @@ void rows(const Problem& p, const float* x, const float* packed, const float* bi
   }
 }
 
-// Adds the filter gradient of output rows [r0, r1) of image n to dw (HWIO, [kh*kw*c][o]).
-void grad_rows(const Problem& p, const float* x, const float* dy, int64_t n, int64_t r0, int64_t r1, const int64_t* off,
-               float* dw) {
-  const int64_t oh = p.oh(), ow = p.ow(), row = (p.w + p.pl + p.pr) * p.c, block = block_rows(p);
+// Row m = (i*kw + j)*c + k of dw reads the padded input at offset (i*(w+pl+pr) + j)*c + k:
+// those offsets, in the calling thread's buffer (valid until its next call).
+const int64_t* filter_offsets(const Problem& p) {
+  thread_local std::vector<int64_t> off;
+  off.resize(size_t(p.kh * p.kw * p.c));
+  for (int64_t i = 0; i < p.kh; ++i)
+    for (int64_t j = 0; j < p.kw; ++j)
+      for (int64_t k = 0; k < p.c; ++k) off[size_t((i * p.kw + j) * p.c + k)] = (i * (p.w + p.pl + p.pr) + j) * p.c + k;
+  return off.data();
+}
+
+// Adds the filter gradient of output rows [r0, r1) of image n to dw (HWIO, [kh*kw*c][o]);
+// dy_rows: those rows of dy, [r1 - r0, ow, o].
+void grad_rows(const Problem& p, const float* x, const float* dy_rows, int64_t n, int64_t r0, int64_t r1,
+               const int64_t* off, float* dw) {
+  const int64_t ow = p.ow(), row = (p.w + p.pl + p.pr) * p.c, block = block_rows(p);
   const int64_t m = p.kh * p.kw * p.c;
   for (int64_t b0 = r0; b0 < r1; b0 += block) {
     const int64_t b1 = std::min(r1, b0 + block);
     const float* buf = pad_rows(p, x, n, b0, b1 - b0 + p.kh - 1);
-    const float* dyb = dy + (n * oh + b0) * ow * p.o;
+    const float* dyb = dy_rows + (b0 - r0) * ow * p.o;
     for (int64_t cb = 0; cb < p.o / kBlock; ++cb)
       for (int64_t m0 = 0; m0 < m; m0 += kMaxTile) {
         const int64_t r = std::min(kMaxTile, m - m0);
@@ -261,27 +273,22 @@ void backward_filter(const Problem& p, const float* x, const float* dy, float* d
     return;
   }
   const int64_t m = p.kh * p.kw * p.c, wsize = m * p.o;
-  // Row m = (i*kw + j)*c + k of dw reads the padded input at offset (i*(w+pl+pr) + j)*c + k.
-  thread_local std::vector<int64_t> off;
-  off.resize(size_t(m));
-  for (int64_t i = 0; i < p.kh; ++i)
-    for (int64_t j = 0; j < p.kw; ++j)
-      for (int64_t k = 0; k < p.c; ++k) off[size_t((i * p.kw + j) * p.c + k)] = (i * (p.w + p.pl + p.pr) + j) * p.c + k;
   // (image, output row) pairs split over the pool; each part sums into its own copy of dw,
   // added up at the end.
   const int64_t oh = p.oh(), units = p.n * oh, macs = units * p.ow() * m * p.o;
+  const int64_t* offsets = filter_offsets(p);
   const int64_t parts = onednn::runs_serial(macs) ? 1 : std::min<int64_t>(num_threads(), units);
   thread_local std::vector<float> partial;
   partial.assign(size_t((parts - 1) * wsize), 0.0f);
   std::memset(dw, 0, sizeof(float) * size_t(wsize));
   // (Pointers, not the thread_local vectors: pool threads would see their own, empty ones.)
-  const int64_t* offsets = off.data();
   float* sums = partial.data();
   parallel_for(parts, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       float* acc = t == 0 ? dw : sums + (t - 1) * wsize;
-      by_image(units * t / parts, units * (t + 1) / parts, oh,
-               [&](int64_t n, int64_t r0, int64_t r1) { grad_rows(p, x, dy, n, r0, r1, offsets, acc); });
+      by_image(units * t / parts, units * (t + 1) / parts, oh, [&](int64_t n, int64_t r0, int64_t r1) {
+        grad_rows(p, x, dy + (n * oh + r0) * p.ow() * p.o, n, r0, r1, offsets, acc);
+      });
     }
   });
   for (int64_t t = 1; t < parts; ++t) {
@@ -290,6 +297,16 @@ void backward_filter(const Problem& p, const float* x, const float* dy, float* d
   }
 #else
   (void)p, (void)x, (void)dy, (void)dw;
+  std::abort();
+#endif
+}
+
+void backward_filter_rows(const Problem& p, const float* x, int64_t n, int64_t r0, int64_t r1, const float* dy_rows,
+                          float* dw) {
+#ifdef KILN_DIRECT_CONV_AVX2
+  grad_rows(p, x, dy_rows, n, r0, r1, filter_offsets(p), dw);
+#else
+  (void)p, (void)x, (void)n, (void)r0, (void)r1, (void)dy_rows, (void)dw;
   std::abort();
 #endif
 }

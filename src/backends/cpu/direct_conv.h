@@ -69,6 +69,13 @@ void pack_filter_backward(const Problem& fwd, const float* hwio, float* packed);
 bool supports_backward_filter(const Problem& p);
 void backward_filter(const Problem& p, const float* x, const float* dy, float* dw);
 
+// Adds the filter gradient of output rows [r0, r1) of image n to dw (the direct tiles,
+// never Winograd), with dy_rows holding just those rows of dy, [r1 - r0, ow, o]: for a
+// caller that makes dy a band at a time (fused_conv2d_backward_filter). Same
+// conditions as backward_filter; runs on the calling thread.
+void backward_filter_rows(const Problem& p, const float* x, int64_t n, int64_t r0, int64_t r1, const float* dy_rows,
+                          float* dw);
+
 // y[n, oh, ow, o] = relu?(conv(x, filter) + bias); bias may be null.
 void run(const Problem& p, const float* x, const float* packed, const float* bias, float* y, bool relu);
 

@@ -1,10 +1,16 @@
 #pragma once
-// One output row of a 2x2, stride-2, unpadded NHWC max pool (internal): shared by
-// max_pool2d's fast path (pool_kernels.cc) and fused_conv2d's pooled store
-// (conv_kernels.cc).
+// One output row of a 2x2, stride-2, unpadded NHWC max pool (internal): forward,
+// shared by max_pool2d's fast path (pool_kernels.cc) and fused_conv2d's pooled store
+// (conv_kernels.cc); backward, shared by max_pool2d_backward's fast path
+// (pool_backward_kernels.cc) and fused_conv2d_backward_filter
+// (conv_pool_backward_kernels.cc).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 namespace kiln::cpu {
 
@@ -26,5 +32,50 @@ inline void max_pool_2x2_row(const T* r0, const T* r1, int64_t PW, int64_t C, T*
     }
   }
 }
+
+#if defined(__AVX2__)
+// The gradient of one output row of that pool, f32, C a multiple of 8: x0 and x1 are
+// the window's two input rows (2 * OW pixels of C channels), dy the row's output
+// gradient [OW, C], d0 and d1 the two dx rows written. Per output cell and 8
+// channels: four x loads, the first maximum (strictly greater, or the first NaN, as
+// max_pool2d_backward's loops decide ties), dy stored to its cell and zeros to the
+// other three (and zero where x <= 0 with relu). sums (may be null): what went to
+// these dx rows summed per channel, C floats, overwritten.
+inline void max_pool_backward_2x2_row(const float* x0, const float* x1, const float* dy, float* d0, float* d1,
+                                      int64_t OW, int64_t C, bool relu, float* sums) {
+  const __m256 zero = _mm256_setzero_ps(), ones = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  for (int64_t ow = 0; ow < OW; ++ow)
+    for (int64_t c = 0; c < C; c += 8) {
+      const int64_t a = 2 * ow * C + c, b = a + C;
+      const __m256 e0 = _mm256_loadu_ps(x0 + a), e1 = _mm256_loadu_ps(x0 + b);
+      const __m256 e2 = _mm256_loadu_ps(x1 + a), e3 = _mm256_loadu_ps(x1 + b);
+      // take_k: cell k replaces the running maximum (greater, or NaN over a number).
+      auto take = [](__m256 e, __m256 best) {
+        const __m256 nan_over_number =
+            _mm256_and_ps(_mm256_cmp_ps(e, e, _CMP_UNORD_Q), _mm256_cmp_ps(best, best, _CMP_ORD_Q));
+        return _mm256_or_ps(_mm256_cmp_ps(e, best, _CMP_GT_OQ), nan_over_number);
+      };
+      __m256 best = e0;
+      const __m256 t1 = take(e1, best);
+      best = _mm256_blendv_ps(best, e1, t1);
+      const __m256 t2 = take(e2, best);
+      best = _mm256_blendv_ps(best, e2, t2);
+      const __m256 t3 = take(e3, best);
+      // Cell k wins when it was taken and no later cell was: exactly one cell per lane.
+      const __m256 s3 = t3, s2 = _mm256_andnot_ps(t3, t2);
+      const __m256 s1 = _mm256_andnot_ps(_mm256_or_ps(t2, t3), t1);
+      const __m256 s0 = _mm256_andnot_ps(_mm256_or_ps(_mm256_or_ps(t1, t2), t3), ones);
+      __m256 grad = _mm256_loadu_ps(dy + ow * C + c);
+      // The winning cell holds the window's maximum, so its x > 0 is the maximum's (NaN: false).
+      if (relu) grad = _mm256_and_ps(grad, _mm256_cmp_ps(_mm256_blendv_ps(best, e3, t3), zero, _CMP_GT_OQ));
+      _mm256_storeu_ps(d0 + a, _mm256_and_ps(s0, grad));
+      _mm256_storeu_ps(d0 + b, _mm256_and_ps(s1, grad));
+      _mm256_storeu_ps(d1 + a, _mm256_and_ps(s2, grad));
+      _mm256_storeu_ps(d1 + b, _mm256_and_ps(s3, grad));
+      // The four cells sum to grad (one holds it, three hold zeros).
+      if (sums) _mm256_storeu_ps(sums + c, ow == 0 ? grad : _mm256_add_ps(_mm256_loadu_ps(sums + c), grad));
+    }
+}
+#endif
 
 }  // namespace kiln::cpu

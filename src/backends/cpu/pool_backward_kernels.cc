@@ -21,10 +21,7 @@
 #include "kiln/core/parallel.h"
 #include "loops.h"
 #include "nn_kernel_util.h"
-
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
+#include "pool_2x2.h"
 
 namespace kiln::cpu {
 namespace {
@@ -118,9 +115,8 @@ void max_pool_backward_nhwc(const Pool2dGeometry& g, const T* x, const T* dy, T*
 
 #if defined(__AVX2__)
 // The common case of a CNN, 2x2 windows at stride 2 tiling an f32 NHWC input with
-// channels in multiples of 8, as one streaming pass: per output cell and 8 channels,
-// four x loads, the first maximum (strictly greater, or the first NaN: as above), and
-// dy written to its cell and zeros to the other three (masked by x > 0 with relu).
+// channels in multiples of 8, as one streaming pass over output rows
+// (max_pool_backward_2x2_row, pool_2x2.h).
 // 3.7 -> 1.4 ms on the cnn's [128, 28, 28, 32] in its training step (docs/benchmarks.md).
 // row_sums (attr bias_grad): per output row r = n * oh + row, the sum over its cells
 // of what went to dx, C floats each (summed in order by the caller).
@@ -135,50 +131,13 @@ void max_pool_backward_2x2(const Pool2dGeometry& g, const float* x, const float*
   const auto& v = g.win;
   const int64_t C = g.c, W = g.w, OW = v.ow;
   parallel_for(g.n * v.oh, std::max<int64_t>(1, 16384 / std::max<int64_t>(OW * C, 1)), [&](int64_t lo, int64_t hi) {
-    const __m256 zero = _mm256_setzero_ps(), ones = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
     for (int64_t r = lo; r < hi; ++r) {  // r = n * oh + output row
       const int64_t n = r / v.oh, oh = r % v.oh;
       const float* x0 = x + ((n * g.h + 2 * oh) * W) * C;
       const float* x1 = x0 + W * C;
       float* d0 = dx + ((n * g.h + 2 * oh) * W) * C;
       float* d1 = d0 + W * C;
-      const float* dyr = dy + r * OW * C;
-      for (int64_t ow = 0; ow < OW; ++ow)
-        for (int64_t c = 0; c < C; c += 8) {
-          const int64_t a = 2 * ow * C + c, b = a + C;
-          const __m256 e0 = _mm256_loadu_ps(x0 + a), e1 = _mm256_loadu_ps(x0 + b);
-          const __m256 e2 = _mm256_loadu_ps(x1 + a), e3 = _mm256_loadu_ps(x1 + b);
-          // take_k: cell k replaces the running maximum (greater, or NaN over a number).
-          auto take = [](__m256 e, __m256 best) {
-            const __m256 nan_over_number =
-                _mm256_and_ps(_mm256_cmp_ps(e, e, _CMP_UNORD_Q), _mm256_cmp_ps(best, best, _CMP_ORD_Q));
-            return _mm256_or_ps(_mm256_cmp_ps(e, best, _CMP_GT_OQ), nan_over_number);
-          };
-          __m256 best = e0;
-          const __m256 t1 = take(e1, best);
-          best = _mm256_blendv_ps(best, e1, t1);
-          const __m256 t2 = take(e2, best);
-          best = _mm256_blendv_ps(best, e2, t2);
-          const __m256 t3 = take(e3, best);
-          // Cell k wins when it was taken and no later cell was.
-          const __m256 s3 = t3, s2 = _mm256_andnot_ps(t3, t2);
-          const __m256 s1 = _mm256_andnot_ps(_mm256_or_ps(t2, t3), t1);
-          const __m256 s0 = _mm256_andnot_ps(_mm256_or_ps(_mm256_or_ps(t1, t2), t3), ones);
-          const __m256 grad = _mm256_loadu_ps(dyr + ow * C + c);
-          auto put = [&](float* o, __m256 sel, __m256 e) {
-            if (relu) sel = _mm256_and_ps(sel, _mm256_cmp_ps(e, zero, _CMP_GT_OQ));
-            const __m256 out = _mm256_and_ps(sel, grad);
-            _mm256_storeu_ps(o, out);
-            return out;
-          };
-          const __m256 o0 = put(d0 + a, s0, e0), o1 = put(d0 + b, s1, e1);
-          const __m256 o2 = put(d1 + a, s2, e2), o3 = put(d1 + b, s3, e3);
-          if (row_sums) {
-            float* rs = row_sums + r * C + c;
-            const __m256 cell = _mm256_add_ps(_mm256_add_ps(o0, o1), _mm256_add_ps(o2, o3));
-            _mm256_storeu_ps(rs, _mm256_add_ps(ow == 0 ? zero : _mm256_loadu_ps(rs), cell));
-          }
-        }
+      max_pool_backward_2x2_row(x0, x1, dy + r * OW * C, d0, d1, OW, C, relu, row_sums ? row_sums + r * C : nullptr);
     }
   });
 }
@@ -339,10 +298,8 @@ void avg_pool_backward(const Pool2dGeometry& g, const T* dy, T* dx) {
 // db = dx summed per channel (attr bias_grad) by the sum op's kernel: the paths that do
 // not sum while they write dx.
 void channel_sums(OpContext& ctx, bool nchw) {
-  const OpDef& sum = OpRegistry::global().get("sum");
   const Attrs a{{"axes", nchw ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0, 1, 2}}, {"keepdims", false}};
-  OpContext c{sum, ctx.out.first(1), ctx.out.subspan(1, 1), a};
-  sum.kernel(DeviceType::kCPU, ctx.out[1].dtype())(c);
+  run_kernel("sum", DeviceType::kCPU, ctx.out.first(1), ctx.out.subspan(1, 1), a);
 }
 
 template <typename T>

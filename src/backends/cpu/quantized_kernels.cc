@@ -523,15 +523,11 @@ void conv_dequantised(OpContext& ctx, QParams p, const Tensor& y) {
   // same node's cache; otherwise that kernel must see no cache.
   KernelCache* cache = constant_filter(ctx) ? current_kernel_cache() : nullptr;
   const Tensor wd = cache ? *cache->get<Tensor>("dequantised filter", dequantised_filter) : dequantised_filter();
-  const OpDef& fused = OpRegistry::global().get("fused_conv2d");
-  KernelFn k = fused.kernel(DeviceType::kCPU, DType::kF32);
-  KILN_CHECK_INTERNAL(k != nullptr, "fused_conv2d has no f32 CPU kernel");
   std::vector<Tensor> in{xd, wd};
   if (ctx.in.size() == 4) in.push_back(ctx.in[3]);
   std::vector<Tensor> out{y};
-  OpContext c{fused, in, out, ctx.attrs};  // reads conv2d's attrs and "activation"
   KernelCacheScope scope(cache);
-  k(c);
+  run_kernel("fused_conv2d", DeviceType::kCPU, in, out, ctx.attrs);  // reads conv2d's attrs and "activation"
 }
 
 void qlinear_conv2d_kernel(OpContext& ctx) {

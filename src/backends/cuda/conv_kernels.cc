@@ -26,6 +26,7 @@
 #include "conv_launch.h"
 #include "cuda_error.h"
 #include "kernel_util.h"
+#include "kiln/ops/fused.h"
 #include "kiln/ops/nn_geometry.h"
 #include "matmul_launch.h"
 #include "pool_launch.h"
@@ -402,6 +403,8 @@ KILN_REGISTER_KERNEL("conv2d", kCUDA, KILN_CUDA_FLOAT_DTYPES, conv2d);
 KILN_REGISTER_KERNEL("fused_conv2d", kCUDA, KILN_CUDA_FLOAT_DTYPES, fused_conv2d);
 KILN_REGISTER_KERNEL("conv2d_backward_data", kCUDA, KILN_CUDA_FLOAT_DTYPES, conv2d_backward_data);
 KILN_REGISTER_KERNEL("conv2d_backward_filter", kCUDA, KILN_CUDA_FLOAT_DTYPES, conv2d_backward_filter);
+// The pool backward into a temporary, then cuDNN's filter gradient (no fused kernel yet).
+KILN_REGISTER_KERNEL("fused_conv2d_backward_filter", kCUDA, DType::kF32, ops::fused_conv2d_backward_filter_unfused);
 
 }  // namespace
 }  // namespace kiln::cuda

@@ -59,11 +59,9 @@ void max_pool2d_backward(OpContext& ctx) {
     launch_max_pool2d_backward(ctx.in[0].raw_data(), ctx.in[1].raw_data(), dx.raw_data(), dx.dtype(), d, s.stream);
   }
   if (ctx.out.size() > 1) {
-    const OpDef& sum = OpRegistry::global().get("sum");
     const Attrs a{{"axes", g.nchw ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0, 1, 2}},
                   {"keepdims", false}};
-    OpContext c{sum, ctx.out.first(1), ctx.out.subspan(1, 1), a};
-    sum.kernel(DeviceType::kCUDA, ctx.out[1].dtype())(c);
+    run_kernel("sum", DeviceType::kCUDA, ctx.out.first(1), ctx.out.subspan(1, 1), a);
   }
 }
 

@@ -6,14 +6,7 @@ namespace kiln::graph {
 
 void eliminate_dead_code(Graph& g) {
   const size_t n = g.nodes.size();
-  std::vector<bool> live(n, false);
-  for (ValueRef v : g.outputs) live[static_cast<size_t>(v.node)] = true;
-  for (const Assignment& a : g.assignments) live[static_cast<size_t>(a.value.node)] = true;
-  for (size_t i = n; i-- > 0;) {
-    if (g.nodes[i].kind == NodeKind::kInput) live[i] = true;
-    if (!live[i]) continue;
-    for (ValueRef v : g.nodes[i].inputs) live[static_cast<size_t>(v.node)] = true;
-  }
+  const std::vector<bool> live = live_nodes(g);
   std::vector<int> remap(n, -1);
   std::vector<Node> kept;
   for (size_t i = 0; i < n; ++i) {

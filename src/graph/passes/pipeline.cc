@@ -25,6 +25,7 @@ const std::vector<Pass>& passes() {
       {"matmul_bias_activation_fusion", 2, fuse_matmul_bias_activation},
       {"pool_backward_relu_fusion", 2, fuse_pool_backward_relu},
       {"pool_backward_bias_fusion", 2, fuse_pool_backward_bias},
+      {"pool_backward_filter_fusion", 2, fuse_pool_backward_filter},
       {"conv_pool_fusion", 2, fuse_conv_pool},
       {"elementwise_fusion", 2, fuse_elementwise},
       {"dead_code_elimination", 1, eliminate_dead_code},
@@ -32,13 +33,36 @@ const std::vector<Pass>& passes() {
   return kPasses;
 }
 
-std::map<ValueRef, int> count_uses(const Graph& g) {
+namespace {
+std::map<ValueRef, int> uses_of(const Graph& g, const std::vector<bool>* live) {
   std::map<ValueRef, int> uses;
-  for (const Node& n : g.nodes)
-    for (ValueRef v : n.inputs) ++uses[v];
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!live || (*live)[i])
+      for (ValueRef v : g.nodes[i].inputs) ++uses[v];
   for (ValueRef v : g.outputs) ++uses[v];
   for (const Assignment& a : g.assignments) ++uses[a.value];
   return uses;
+}
+}  // namespace
+
+std::map<ValueRef, int> count_uses(const Graph& g) { return uses_of(g, nullptr); }
+
+std::map<ValueRef, int> count_live_uses(const Graph& g) {
+  const std::vector<bool> live = live_nodes(g);
+  return uses_of(g, &live);
+}
+
+std::vector<bool> live_nodes(const Graph& g) {
+  const size_t n = g.nodes.size();
+  std::vector<bool> live(n, false);
+  for (ValueRef v : g.outputs) live[static_cast<size_t>(v.node)] = true;
+  for (const Assignment& a : g.assignments) live[static_cast<size_t>(a.value.node)] = true;
+  for (size_t i = n; i-- > 0;) {
+    if (g.nodes[i].kind == NodeKind::kInput) live[i] = true;
+    if (!live[i]) continue;
+    for (ValueRef v : g.nodes[i].inputs) live[static_cast<size_t>(v.node)] = true;
+  }
+  return live;
 }
 
 void replace_uses(Graph& g, ValueRef from, ValueRef to) {
