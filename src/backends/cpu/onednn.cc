@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 
@@ -42,33 +41,28 @@ dnnl::memory::data_type to_dnnl(DType t) {
 }
 
 namespace {
-// A process-wide map from shape keys to what oneDNN made for them (primitives, prepared
-// GEMMs). make() runs outside the lock (two threads may both make; the first kept wins).
+// A per-thread map from shape keys to what oneDNN made for them (primitives, prepared
+// GEMMs): a primitive runs only on the thread that made it (onednn.h, cached()).
 // Bounded: cleared past 4096 entries, so shape churn cannot grow it without limit.
 template <typename V>
 class ShapeCache {
  public:
   template <typename Make>
   V get(std::string key, Make&& make) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (auto it = map_.find(key); it != map_.end()) return it->second;
-    }
+    if (auto it = map_.find(key); it != map_.end()) return it->second;
     V v = make();
-    std::lock_guard<std::mutex> lock(mu_);
     if (map_.size() > 4096) map_.clear();
     return map_.emplace(std::move(key), std::move(v)).first->second;
   }
 
  private:
-  std::mutex mu_;
   std::unordered_map<std::string, V> map_;
 };
 }  // namespace
 
 dnnl::primitive cached(const std::string& key, const std::function<dnnl::primitive()>& make) {
-  static auto* cache = new ShapeCache<dnnl::primitive>();
-  return cache->get(key, make);
+  thread_local ShapeCache<dnnl::primitive> cache;
+  return cache.get(key, make);
 }
 
 int64_t serial_macs() {
@@ -169,9 +163,9 @@ PreparedGemm prepare_gemm(const GemmDims& d, DType dtype, bool bias, bool relu) 
 }
 
 std::shared_ptr<const PreparedGemm> prepared_gemm(const GemmDims& d, DType dtype, bool bias, bool relu, bool serial) {
-  static auto* cache = new ShapeCache<std::shared_ptr<const PreparedGemm>>();
-  return cache->get(gemm_key(d, dtype, bias, relu, serial),
-                    [&] { return std::make_shared<const PreparedGemm>(prepare_gemm(d, dtype, bias, relu)); });
+  thread_local ShapeCache<std::shared_ptr<const PreparedGemm>> cache;  // (per thread: see cached())
+  return cache.get(gemm_key(d, dtype, bias, relu, serial),
+                   [&] { return std::make_shared<const PreparedGemm>(prepare_gemm(d, dtype, bias, relu)); });
 }
 
 // A memory object over `data` (the C API: no exceptions wrapper, no argument map).

@@ -18,8 +18,13 @@ dnnl::engine& engine();
 dnnl::stream& stream();  // one per thread
 dnnl::memory::data_type to_dnnl(DType t);
 
-// Returns the primitive cached under `key`, creating it with `make` on first use.
-// Thread-safe. oneDNN primitives may be executed concurrently.
+// Returns the primitive cached under `key`, creating it with `make` on first use, in
+// the calling thread's cache: one primitive never runs on two threads at once. oneDNN
+// 2.6 as Debian builds it (DNNL_ENABLE_CONCURRENT_EXEC off) gives each thread one
+// library scratchpad shared by its primitives, so a primitive must run on the thread
+// that created it; sharing them across threads made concurrent calls (eager matmuls on
+// two threads, two server threads running one model) return wrong results now and then
+// (tests/ops/onednn_threads_test.cc).
 dnnl::primitive cached(const std::string& key, const std::function<dnnl::primitive()>& make);
 // Small primitives run on the calling thread alone. Below serial_macs() multiply-adds
 // (KILN_SERIAL_MACS, default 192k), waking the OpenMP pool costs more than a second
