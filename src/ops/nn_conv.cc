@@ -131,7 +131,9 @@ std::vector<AttrSpec> with(std::vector<AttrSpec> base, std::initializer_list<Att
 KILN_REGISTER_OP(detail::make_def("conv2d", "2-d convolution (cross-correlation), optional bias; NHWC/HWIO or NCHW/OIHW", -1,
                      infer_conv2d, kConvAttrs));
 // Graph-only (src/graph/passes/matmul_bias_activation_fusion.cc: activation(conv2d(..));
-// conv_pool_fusion.cc: a 2x2 max pool after it, attr max_pool = 2).
+// conv_pool_fusion.cc: a 2x2 max pool after it, attr max_pool = 2, and with attr
+// conv_output a second output, the activation's output before pooling, for a training
+// graph whose pool gradient reads it).
 std::vector<TensorMeta> infer_fused_conv2d(std::span<const TensorMeta> in, const Attrs& attrs) {
   const std::string act = attrs.get_string("activation", "");
   if (act != "" && act != "relu")
@@ -142,11 +144,16 @@ std::vector<TensorMeta> infer_fused_conv2d(std::span<const TensorMeta> in, const
   if (pool != 2) throw InvalidArgumentError(kiln::detail::str_cat("fused_conv2d: max_pool must be 0 or 2, got ", pool));
   if (attrs.get_string("data_format", "NHWC") != "NHWC")
     throw InvalidArgumentError("fused_conv2d: max_pool needs data_format NHWC");
-  Shape& y = out[0].shape;
+  const Shape y = out[0].shape;
   if (y[1] < 2 || y[2] < 2)
     throw InvalidArgumentError(kiln::detail::str_cat("fused_conv2d: max_pool 2 needs a convolution output of at least 2x2, got ",
                                        y.str()));
-  y = Shape{y[0], y[1] / 2, y[2] / 2, y[3]};
+  out[0].shape = Shape{y[0], y[1] / 2, y[2] / 2, y[3]};
+  if (attrs.get_bool("conv_output", false)) {
+    if (y[1] % 2 != 0 || y[2] % 2 != 0)  // (the pool would leave its last row or column unread, and unwritten)
+      throw InvalidArgumentError("fused_conv2d: conv_output needs an even convolution output, got " + y.str());
+    out.push_back({y, out[0].dtype});
+  }
   return out;
 }
 KILN_REGISTER_OP([] {
@@ -154,6 +161,8 @@ KILN_REGISTER_OP([] {
   attrs.push_back({"activation", AttrType::kString, "\"\" or \"relu\""});
   attrs.push_back({"max_pool", AttrType::kInt,
                    "0, or 2: a 2x2 max pool with stride 2 and no padding on the activation's output (NHWC)"});
+  attrs.push_back({"conv_output", AttrType::kBool,
+                   "with max_pool 2: a second output, the activation's output before pooling, default false"});
   return detail::make_def("fused_conv2d", "max_pool?(activation(conv2d(x, w, bias?))), made by graph fusion", -1,
                           infer_fused_conv2d, attrs, Differentiable::kNo);
 }());

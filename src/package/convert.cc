@@ -107,7 +107,8 @@ bool quantizable(const Graph& g, const Node& n) {
   }
   if (op == "conv2d" || op == "fused_conv2d") {
     return n.inputs.size() >= 2 && f32(0) && f32(1) && const_input(1) && (n.inputs.size() == 2 || const_input(2)) &&
-           n.attrs.get_string("data_format", "NHWC") == "NHWC" && n.attrs.get_int("groups", 1) == 1;
+           n.attrs.get_string("data_format", "NHWC") == "NHWC" && n.attrs.get_int("groups", 1) == 1 &&
+           n.outputs.size() == 1;  // (a training graph's conv + pool keeping the conv output: not here)
   }
   return false;
 }

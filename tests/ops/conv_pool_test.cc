@@ -4,8 +4,9 @@
 // grey/RGB first layers (the small-channel tile), 8-32 channels (the direct tiles;
 // Winograd from 1024 output pixels eagerly and for constant filters in graphs), odd
 // output sizes (the last row/column is not pooled), 1-5 images on 1-3 threads (the
-// band split), bias and ReLU on and off, oneDNN's convolution (KILN_DIRECT_CONV=0);
-// and the shapes and attrs it refuses.
+// band split), bias and ReLU on and off, oneDNN's convolution (KILN_DIRECT_CONV=0),
+// with attr conv_output the convolution's rows as a second output; and the shapes and
+// attrs it refuses.
 #include <string>
 #include <vector>
 
@@ -28,12 +29,15 @@ Attrs conv_attrs(const std::string& padding, bool relu) {
           {"max_pool", int64_t{2}}};
 }
 
-Tensor reference(const Tensor& x, const Tensor& w, const Tensor& bias, const std::string& padding, bool relu) {
+Tensor unpooled(const Tensor& x, const Tensor& w, const Tensor& bias, const std::string& padding, bool relu) {
   ops::Conv2dOptions o;
   o.padding = padding;
   Tensor y = ops::conv2d(x, w, o, bias);
-  if (relu) y = ops::relu(y);
-  return ops::max_pool2d(y, {2, 2}, {2, 2}, "valid");
+  return relu ? ops::relu(y) : y;
+}
+
+Tensor reference(const Tensor& x, const Tensor& w, const Tensor& bias, const std::string& padding, bool relu) {
+  return ops::max_pool2d(unpooled(x, w, bias, padding, relu), {2, 2}, {2, 2}, "valid");
 }
 
 TEST(ConvMaxPool, MatchesConvThenPool) {
@@ -64,8 +68,19 @@ TEST(ConvMaxPool, MatchesConvThenPool) {
             const Tensor b = with_bias ? rand_tensor({c.o}, DType::kF32, -1, 1, ++seed) : Tensor();
             std::vector<Tensor> in{x, w};
             if (with_bias) in.push_back(b);
-            const Tensor got = call_op1(OpRegistry::global().get("fused_conv2d"), in, conv_attrs(c.padding, relu));
+            const OpDef& op = OpRegistry::global().get("fused_conv2d");
+            const Tensor got = call_op1(op, in, conv_attrs(c.padding, relu));
             EXPECT_CLOSE(got, reference(x, w, b, c.padding, relu), 1e-5, 1e-4);
+            // conv_output: the same pool, and the convolution's rows as a second output (even sizes).
+            const Tensor conv = unpooled(x, w, b, c.padding, relu);
+            if (conv.dim(1) % 2 == 0 && conv.dim(2) % 2 == 0) {
+              Attrs a = conv_attrs(c.padding, relu);
+              a.set("conv_output", true);
+              const std::vector<Tensor> both = call_op(op, in, a);
+              ASSERT_EQ(both.size(), 2u);
+              EXPECT_CLOSE(both[0], got, 0, 0);
+              EXPECT_CLOSE(both[1], conv, 1e-5, 1e-4);
+            }
           }
         }
       }
@@ -115,6 +130,10 @@ TEST(ConvMaxPool, RefusesOtherPoolsAndLayouts) {
   EXPECT_KILN_ERROR(
       call_op1(op, std::vector<Tensor>{rand_tensor({1, 1, 5, 2}, DType::kF32), w}, conv_attrs("same", true)),
       kInvalidArgument, "at least 2x2");
+  Attrs keep = conv_attrs("same", true);
+  keep.set("conv_output", true);
+  EXPECT_KILN_ERROR(call_op(op, std::vector<Tensor>{rand_tensor({1, 7, 6, 2}, DType::kF32), w}, keep), kInvalidArgument,
+                    "conv_output needs an even convolution output");
 }
 
 }  // namespace

@@ -307,13 +307,17 @@ void conv2d_forward_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu, floa
 void conv2d_pooled_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu) {
   const int64_t OH = g.win.oh, OW = g.win.ow, O = g.o, PH = OH / 2, PW = OW / 2;
   float* y = static_cast<float*>(ctx.out[0].raw_data());
+  // Attr conv_output: the convolution's rows go to the second output (then pooled from cache).
+  float* conv_out = ctx.out.size() > 1 ? static_cast<float*>(ctx.out[1].raw_data()) : nullptr;
   direct_conv::Problem dp;
   if (!direct_problem(g, dp)) {
-    std::vector<float> full(static_cast<size_t>(g.n * OH * OW * O));
-    conv2d_forward_f32(ctx, g, relu, full.data());
+    std::vector<float> full;
+    if (!conv_out) full.resize(static_cast<size_t>(g.n * OH * OW * O));
+    float* c = conv_out ? conv_out : full.data();
+    conv2d_forward_f32(ctx, g, relu, c);
     parallel_for(g.n * PH, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
-        const float* r0 = full.data() + (r / PH * OH + 2 * (r % PH)) * OW * O;
+        const float* r0 = c + (r / PH * OH + 2 * (r % PH)) * OW * O;
         max_pool_2x2_row(r0, r0 + OW * O, PW, O, y + r * PW * O);
       }
     });
@@ -328,7 +332,7 @@ void conv2d_pooled_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu) {
   const int64_t per_image = (PH + band_rows - 1) / band_rows;
   parallel_for(g.n * per_image, 1, [&](int64_t lo, int64_t hi) {
     thread_local std::vector<float> scratch;
-    scratch.resize(static_cast<size_t>(2 * band_rows * OW * O));
+    if (!conv_out) scratch.resize(static_cast<size_t>(2 * band_rows * OW * O));
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t img = u / per_image, q0 = u % per_image * band_rows, q1 = std::min(PH, q0 + band_rows);
       // Convolution rows [2 q0, 2 q1) read input rows [2 q0 - pt, 2 q1 - 1 - pt + kh - 1].
@@ -339,9 +343,10 @@ void conv2d_pooled_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu) {
       band.h = last - in0 + 1;
       band.pt = in0 - first;
       band.pb = 2 * (q1 - q0) + dp.kh - 1 - band.h - band.pt;
-      direct_conv::run(band, x + (img * g.h + in0) * g.w * g.c, w, bias, scratch.data(), relu);
+      float* rows = conv_out ? conv_out + (img * OH + 2 * q0) * OW * O : scratch.data();
+      direct_conv::run(band, x + (img * g.h + in0) * g.w * g.c, w, bias, rows, relu);
       for (int64_t q = q0; q < q1; ++q) {
-        const float* r0 = scratch.data() + 2 * (q - q0) * OW * O;
+        const float* r0 = rows + 2 * (q - q0) * OW * O;
         max_pool_2x2_row(r0, r0 + OW * O, PW, O, y + ((img * PH) + q) * PW * O);
       }
     }

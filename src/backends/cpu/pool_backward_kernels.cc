@@ -318,7 +318,8 @@ void max_pool2d_backward(OpContext& ctx) {
   if constexpr (std::is_same_v<T, float>) {
     if (max_pool_backward_2x2_applies(g)) {
       const int64_t rows = g.n * g.win.oh, C = g.c;
-      std::vector<float> row_sums(bias_grad ? static_cast<size_t>(rows * C) : 0);
+      thread_local std::vector<float> row_sums;  // (no allocation per call once grown)
+      if (bias_grad && row_sums.size() < static_cast<size_t>(rows * C)) row_sums.resize(static_cast<size_t>(rows * C));
       max_pool_backward_2x2(g, x, dy, dx, relu, bias_grad ? row_sums.data() : nullptr);
       if (bias_grad) {  // rows in order: the same sums for any number of threads
         float* db = ctx.out[1].data<float>();

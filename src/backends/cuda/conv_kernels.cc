@@ -320,15 +320,17 @@ void conv_forward(OpContext& ctx, bool relu, Tensor& out) {
 
 void conv2d(OpContext& ctx) { conv_forward(ctx, false, ctx.out[0]); }
 
-// With max_pool = 2 (NHWC): the convolution into a scratch tensor, then the 2x2 max
-// pool (stride 2, no padding) into the output.
+// With max_pool = 2 (NHWC): the convolution into a scratch tensor (or the second
+// output, attr conv_output), then the 2x2 max pool (stride 2, no padding) into the output.
 void fused_conv2d(OpContext& ctx) {
   const bool relu = ctx.attrs.get_string("activation", "") == "relu";
   if (ctx.attrs.get_int("max_pool", 0) != 2) return conv_forward(ctx, relu, ctx.out[0]);
   Tensor& out = ctx.out[0];
   if (out.numel() == 0) return;
   const Conv2dGeometry g = conv2d_geometry("conv2d", ctx.in[0].shape(), ctx.in[1].shape(), ctx.attrs);
-  Tensor full = Tensor::empty(Shape{g.n, g.win.oh, g.win.ow, g.o}, out.dtype(), out.device());
+  // Attr conv_output: the second output holds the convolution's output.
+  Tensor full =
+      ctx.out.size() > 1 ? ctx.out[1] : Tensor::empty(Shape{g.n, g.win.oh, g.win.ow, g.o}, out.dtype(), out.device());
   conv_forward(ctx, relu, full);
   KernelScope s(out);
   PoolDims d;

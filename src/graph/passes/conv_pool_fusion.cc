@@ -1,11 +1,13 @@
 // Fusion: max_pool2d(conv2d or fused_conv2d) with a 2x2 window, stride 2 and no padding
 // (NHWC, f32) becomes fused_conv2d with attr max_pool = 2: the convolution's output is
 // pooled where it is computed and never written whole (CPU: an L2-sized scratch per
-// image or band of rows, src/backends/cpu/conv_kernels.cc). The convolution's output
-// must have no other reader, so training graphs, where max_pool2d_backward reads it
-// too, keep the two nodes. Level 2, after matmul_bias_activation_fusion (which makes
-// the fused_conv2d of conv2d -> relu) and before dead-code elimination (which drops
-// the convolution the fused node replaces).
+// image or band of rows, src/backends/cpu/conv_kernels.cc). When the convolution's
+// output has other readers, all after the pool (a training graph: the pool's gradient
+// reads it), the fused node also writes it as a second output (attr conv_output) and
+// they read that: the pool still reads the rows from cache, not memory. Level 2, after
+// matmul_bias_activation_fusion (which makes the fused_conv2d of conv2d -> relu) and
+// the pool-backward fusions (which match the unfused convolution), before dead-code
+// elimination (which drops the convolution the fused node replaces).
 #include <map>
 
 #include "kiln/graph/passes.h"
@@ -16,26 +18,40 @@ namespace kiln::graph {
 
 void fuse_conv_pool(Graph& g) {
   using pass_util::is_op;
-  const std::map<ValueRef, int> uses = count_uses(g);
+  const std::map<ValueRef, int> uses = count_live_uses(g);
   const OpDef& fused = OpRegistry::global().get("fused_conv2d");
-  for (Node& pool : g.nodes) {
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& pool = g.nodes[i];
     if (!is_op(pool, "max_pool2d") || pool.inputs.size() != 1 || pool.outputs[0].dtype != DType::kF32) continue;
     const ValueRef cv = pool.inputs[0];
     const Node& conv = g.nodes[static_cast<size_t>(cv.node)];
-    if (!(is_op(conv, "conv2d") || is_op(conv, "fused_conv2d")) || uses.at(cv) != 1 ||
-        conv.attrs.get_int("max_pool", 0) != 0 || conv.attrs.get_string("data_format", "NHWC") != "NHWC")
+    if (!(is_op(conv, "conv2d") || is_op(conv, "fused_conv2d")) || conv.attrs.get_int("max_pool", 0) != 0 ||
+        conv.attrs.get_string("data_format", "NHWC") != "NHWC")
       continue;
+    // Other readers take the second output, which exists from the pool's place on.
+    bool early_reader = false;
+    for (size_t j = static_cast<size_t>(cv.node) + 1; j < i; ++j)
+      for (ValueRef in : g.nodes[j].inputs) early_reader |= in == cv;
+    if (early_reader) continue;
+    const bool keep = uses.count(cv) && uses.at(cv) > 1;
     const ops::nn_detail::Pool2dGeometry p =
         ops::nn_detail::pool2d_geometry("max_pool2d", conv.outputs[0].shape, pool.attrs);
     const ops::nn_detail::Window2d& v = p.win;
     if (p.nchw || v.kh != 2 || v.kw != 2 || v.sh != 2 || v.sw != 2 || v.dh != 1 || v.dw != 1 || v.pt != 0 ||
         v.pb != 0 || v.pl != 0 || v.pr != 0 || v.oh != p.h / 2 || v.ow != p.w / 2 || v.oh < 1 || v.ow < 1)
       continue;
+    // The kernel computes only the rows and columns the pool reads: all of them when even.
+    if (keep && (p.h % 2 != 0 || p.w % 2 != 0)) continue;
     Node f = conv;
     f.op = &fused;
     f.attrs.set("max_pool", int64_t{2});
     f.outputs = pool.outputs;
+    if (keep) {
+      f.attrs.set("conv_output", true);
+      f.outputs.push_back(conv.outputs[0]);
+    }
     pool = std::move(f);  // in the pool's place: every input comes earlier
+    if (keep) replace_uses(g, cv, ValueRef{static_cast<int>(i), 1});
   }
 }
 
