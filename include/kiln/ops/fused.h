@@ -4,7 +4,8 @@
 //   fused_matmul(a, b, bias)        activation(a @ b + bias)
 //   fused_conv2d(x, w[, bias])      conv2d with a ReLU post-op (attr activation) and,
 //       with attr max_pool = 2 (NHWC), a 2x2 max pool with stride 2 and no padding on
-//       that: output [N, OH/2, OW/2, O] (nn_conv.cc)
+//       that: output [N, OH/2, OW/2, O], and with attr conv_output (even OH and OW) a
+//       second output, the convolution's [N, OH, OW, O] (nn_conv.cc)
 //   fused_conv2d_backward_filter(x, y, dp)  conv2d_backward_filter(x, dy) where dy is
 //       max_pool2d_backward(y, dp) for a 2x2 pool with stride 2 (NHWC), zero where
 //       y <= 0 with attr relu; attr bias_grad adds dy summed per channel as a second
