@@ -3,6 +3,7 @@
 // several ops.
 #include "kiln/ops/fused.h"
 
+#include "nn_util.h"
 #include "op_util.h"
 
 namespace kiln::ops {
@@ -11,9 +12,9 @@ void fused_conv2d_backward_filter_unfused(OpContext& ctx) {
   const Tensor& y = ctx.in[1];
   const bool bias_grad = ctx.out.size() > 1;
   const DeviceType dev = y.device().type;
-  const Attrs pool{{"ksize", std::vector<int64_t>{2, 2}},       {"strides", std::vector<int64_t>{2, 2}},
-                   {"padding", std::string("valid")},           {"data_format", std::string("NHWC")},
-                   {"relu", ctx.attrs.get_bool("relu", false)}, {"bias_grad", bias_grad}};
+  Attrs pool = nn_detail::pool_attrs({2, 2}, {2, 2}, "valid", "NHWC");
+  pool.set("relu", ctx.attrs.get_bool("relu", false));
+  pool.set("bias_grad", bias_grad);
   std::vector<Tensor> pooled{Tensor::empty(y.shape(), y.dtype(), y.device())};
   if (bias_grad) pooled.push_back(ctx.out[1]);  // a handle on the output: the sum lands there
   run_kernel("max_pool2d_backward", dev, ctx.in.subspan(1, 2), pooled, pool);

@@ -49,7 +49,7 @@ std::vector<AttrSpec> with_input_shape() {
 // Attr relu (graphs only, set by the pool_backward_relu_fusion pass): dx is also zero
 // where x <= 0, i.e. relu_grad(max_pool2d_backward(x, dy), x) in one pass, for the
 // usual relu -> max_pool2d where x is the ReLU's output.
-// Attr bias_grad (graphs only, set by the bias_gradient_fusion pass): a second output
+// Attr bias_grad (graphs only, set by the pool_backward_bias_fusion pass): a second output
 // db [C], the sum of dx over all but the channel axis: the gradient of the bias of the
 // convolution whose output was pooled, computed while dx is written.
 std::vector<AttrSpec> max_pool_backward_attrs() {

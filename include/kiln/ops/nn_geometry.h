@@ -194,6 +194,16 @@ struct Pool2dGeometry {
   int64_t n = 0, c = 0, h = 0, w = 0;
   Window2d win;
   Shape output_shape() const { return nchw ? Shape{n, c, win.oh, win.ow} : Shape{n, win.oh, win.ow, c}; }
+  // A 2x2 window at stride 2, no padding or dilation, NHWC: the pooling the fused
+  // kernels (conv + pool, their gradients) handle.
+  bool nhwc_2x2_stride_2() const {
+    return !nchw && win.kh == 2 && win.kw == 2 && win.sh == 2 && win.sw == 2 && win.dh == 1 && win.dw == 1 &&
+           win.pt == 0 && win.pb == 0 && win.pl == 0 && win.pr == 0;
+  }
+  // Every axis but the channel one: what a per-channel (bias gradient) sum reduces.
+  std::vector<int64_t> non_channel_axes() const {
+    return nchw ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0, 1, 2};
+  }
 };
 
 inline Pool2dGeometry pool2d_geometry(const char* op, const Shape& x, const Attrs& a) {

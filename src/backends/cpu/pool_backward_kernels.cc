@@ -121,9 +121,7 @@ void max_pool_backward_nhwc(const Pool2dGeometry& g, const T* x, const T* dy, T*
 // row_sums (attr bias_grad): per output row r = n * oh + row, the sum over its cells
 // of what went to dx, C floats each (summed in order by the caller).
 bool max_pool_backward_2x2_applies(const Pool2dGeometry& g) {
-  const auto& v = g.win;
-  return !g.nchw && v.kh == 2 && v.kw == 2 && v.sh == 2 && v.sw == 2 && v.pt == 0 && v.pl == 0 && g.h == 2 * v.oh &&
-         g.w == 2 * v.ow && g.c % 8 == 0;
+  return g.nhwc_2x2_stride_2() && g.h == 2 * g.win.oh && g.w == 2 * g.win.ow && g.c % 8 == 0;
 }
 
 void max_pool_backward_2x2(const Pool2dGeometry& g, const float* x, const float* dy, float* dx, bool relu,
@@ -297,9 +295,9 @@ void avg_pool_backward(const Pool2dGeometry& g, const T* dy, T* dx) {
 
 // db = dx summed per channel (attr bias_grad) by the sum op's kernel: the paths that do
 // not sum while they write dx.
-void channel_sums(OpContext& ctx, bool nchw) {
-  const Attrs a{{"axes", nchw ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0, 1, 2}}, {"keepdims", false}};
-  run_kernel("sum", DeviceType::kCPU, ctx.out.first(1), ctx.out.subspan(1, 1), a);
+void channel_sums(OpContext& ctx, const Pool2dGeometry& g) {
+  run_kernel("sum", DeviceType::kCPU, ctx.out.first(1), ctx.out.subspan(1, 1),
+             Attrs{{"axes", g.non_channel_axes()}, {"keepdims", false}});
 }
 
 template <typename T>
@@ -342,7 +340,7 @@ void max_pool2d_backward(OpContext& ctx) {
       for (int64_t i = lo; i < hi; ++i) dx[i] = x[i] > T(0) ? dx[i] : T(0);
     });
   }
-  if (bias_grad) channel_sums(ctx, g.nchw);
+  if (bias_grad) channel_sums(ctx, g);
 }
 
 void avg_pool2d_backward_f32(OpContext& ctx) {

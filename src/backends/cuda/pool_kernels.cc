@@ -58,11 +58,9 @@ void max_pool2d_backward(OpContext& ctx) {
     d.relu = ctx.attrs.get_bool("relu", false);
     launch_max_pool2d_backward(ctx.in[0].raw_data(), ctx.in[1].raw_data(), dx.raw_data(), dx.dtype(), d, s.stream);
   }
-  if (ctx.out.size() > 1) {
-    const Attrs a{{"axes", g.nchw ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0, 1, 2}},
-                  {"keepdims", false}};
-    run_kernel("sum", DeviceType::kCUDA, ctx.out.first(1), ctx.out.subspan(1, 1), a);
-  }
+  if (ctx.out.size() > 1)
+    run_kernel("sum", DeviceType::kCUDA, ctx.out.first(1), ctx.out.subspan(1, 1),
+               Attrs{{"axes", g.non_channel_axes()}, {"keepdims", false}});
 }
 
 void avg_pool2d_backward(OpContext& ctx) {

@@ -29,17 +29,11 @@ void fuse_conv_pool(Graph& g) {
         conv.attrs.get_string("data_format", "NHWC") != "NHWC")
       continue;
     // Other readers take the second output, which exists from the pool's place on.
-    bool early_reader = false;
-    for (size_t j = static_cast<size_t>(cv.node) + 1; j < i; ++j)
-      for (ValueRef in : g.nodes[j].inputs) early_reader |= in == cv;
-    if (early_reader) continue;
+    if (pass_util::read_between(g, cv, static_cast<size_t>(cv.node), i)) continue;
     const bool keep = uses.count(cv) && uses.at(cv) > 1;
     const ops::nn_detail::Pool2dGeometry p =
         ops::nn_detail::pool2d_geometry("max_pool2d", conv.outputs[0].shape, pool.attrs);
-    const ops::nn_detail::Window2d& v = p.win;
-    if (p.nchw || v.kh != 2 || v.kw != 2 || v.sh != 2 || v.sw != 2 || v.dh != 1 || v.dw != 1 || v.pt != 0 ||
-        v.pb != 0 || v.pl != 0 || v.pr != 0 || v.oh != p.h / 2 || v.ow != p.w / 2 || v.oh < 1 || v.ow < 1)
-      continue;
+    if (!p.nhwc_2x2_stride_2() || p.win.oh != p.h / 2 || p.win.ow != p.w / 2 || p.win.oh < 1 || p.win.ow < 1) continue;
     // The kernel computes only the rows and columns the pool reads: all of them when even.
     if (keep && (p.h % 2 != 0 || p.w % 2 != 0)) continue;
     Node f = conv;

@@ -6,6 +6,15 @@ namespace kiln::graph::pass_util {
 
 inline bool is_op(const Node& n, const char* name) { return n.kind == NodeKind::kOp && n.op->name == name; }
 
+// Whether a node strictly between `from` and `to` reads v: a node put in `to`'s place
+// that redefines v for its readers would then come after one of them.
+inline bool read_between(const Graph& g, ValueRef v, size_t from, size_t to) {
+  for (size_t j = from + 1; j < to; ++j)
+    for (ValueRef in : g.nodes[j].inputs)
+      if (in == v) return true;
+  return false;
+}
+
 // While alive, ops run by a pass (folding, new constants) are compile-time work: no
 // enclosing trace or tape records them.
 class Untraced {

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "kiln/graph/passes.h"
+#include "kiln/ops/nn_geometry.h"
 #include "pass_util.h"
 
 namespace kiln::graph {
@@ -24,13 +25,12 @@ void fuse_pool_backward_bias(Graph& g) {
     if (!is_op(pool, "max_pool2d_backward") || pv.index != 0 || pool.outputs.size() != 1) continue;
     const Shape& dx = pool.outputs[0].shape;
     if (dx.rank() != 4) continue;
-    const bool nchw = pool.attrs.get_string("data_format", "NHWC") == "NCHW";
+    const ops::nn_detail::Pool2dGeometry p = ops::nn_detail::pool2d_geometry("max_pool2d_backward", dx, pool.attrs);
     std::vector<int64_t> axes = s.attrs.get_ints("axes");
     for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
     std::sort(axes.begin(), axes.end());
-    const std::vector<int64_t> want = nchw ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0, 1, 2};
-    const TensorMeta db{Shape{dx[nchw ? 1 : 3]}, pool.outputs[0].dtype};
-    if (axes != want || s.outputs[0].shape != db.shape || s.outputs[0].dtype != db.dtype) continue;
+    const TensorMeta db{Shape{p.c}, pool.outputs[0].dtype};
+    if (axes != p.non_channel_axes() || s.outputs[0].shape != db.shape || s.outputs[0].dtype != db.dtype) continue;
     pool.attrs.set("bias_grad", true);
     pool.outputs.push_back(db);
     replace_uses(g, ValueRef{static_cast<int>(i), 0}, ValueRef{pv.node, 1});

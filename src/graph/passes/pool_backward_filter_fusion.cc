@@ -28,18 +28,11 @@ void fuse_pool_backward_filter(Graph& g) {
     const ValueRef dv = f.inputs[1];
     const Node& pool = g.nodes[static_cast<size_t>(dv.node)];
     if (!is_op(pool, "max_pool2d_backward") || dv.index != 0 || uses.count(dv) == 0 || uses.at(dv) != 1) continue;
-    const ops::nn_detail::Pool2dGeometry p =
-        ops::nn_detail::pool2d_geometry("max_pool2d_backward", pool.outputs[0].shape, pool.attrs);
-    const ops::nn_detail::Window2d& v = p.win;
-    if (p.nchw || v.kh != 2 || v.kw != 2 || v.sh != 2 || v.sw != 2 || v.dh != 1 || v.dw != 1 || v.pt != 0 ||
-        v.pb != 0 || v.pl != 0 || v.pr != 0)
+    if (!ops::nn_detail::pool2d_geometry("max_pool2d_backward", pool.outputs[0].shape, pool.attrs).nhwc_2x2_stride_2())
       continue;
     const bool bias_grad = pool.outputs.size() > 1;
     const ValueRef db{dv.node, 1};
-    bool early_reader = false;
-    for (size_t j = static_cast<size_t>(dv.node) + 1; bias_grad && j < i; ++j)
-      for (ValueRef in : g.nodes[j].inputs) early_reader |= in == db;
-    if (early_reader) continue;
+    if (bias_grad && pass_util::read_between(g, db, static_cast<size_t>(dv.node), i)) continue;
     Node n = f;  // the convolution's attrs and filter_shape
     n.op = &fused;
     n.inputs = {f.inputs[0], pool.inputs[0], pool.inputs[1]};
