@@ -56,6 +56,12 @@ void Variable::assign(const Tensor& v) const {
   state_->value = v;
 }
 
+bool Variable::value_is_exclusive() const {
+  require(state_.get());
+  const std::shared_ptr<Storage>& s = state_->value.storage();
+  return s.use_count() == 1 && s->owns_memory();
+}
+
 const std::string& Variable::name() const {
   require(state_.get());
   return state_->name;

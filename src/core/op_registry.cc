@@ -171,7 +171,41 @@ void notify_op_observer(const OpDef& op, std::span<const Tensor> inputs, std::sp
 namespace {
 constexpr int kInlineInputs = 8;
 
-void run(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, Device device, std::vector<Tensor>& outs) {
+bool overlap(const Tensor& a, const Tensor& b) {
+  if (a.storage() != b.storage() || a.nbytes() == 0 || b.nbytes() == 0) return false;
+  const auto* pa = static_cast<const char*>(a.raw_data());
+  const auto* pb = static_cast<const char*>(b.raw_data());
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+// call_op_into's outputs: as inferred, on `device`, sharing memory with an input only as
+// that input itself where op.overwritable allows.
+void check_given_outputs(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> given,
+                         const std::vector<TensorMeta>& want, const Device& device) {
+  if (given.size() != want.size())
+    throw InvalidArgumentError(
+        detail::str_cat("op '", op.name, "' has ", want.size(), " outputs, call_op_into got ", given.size()));
+  for (size_t k = 0; k < given.size(); ++k) {
+    const Tensor& o = given[k];
+    if (!o.defined() || o.shape() != want[k].shape || o.dtype() != want[k].dtype || o.device() != device)
+      throw InvalidArgumentError(detail::str_cat(
+          "op '", op.name, "': output ", k, " must be ", dtype_name(want[k].dtype), want[k].shape.str(), " on ",
+          device.str(), ", got ",
+          o.defined() ? detail::str_cat(dtype_name(o.dtype()), o.shape().str(), " on ", o.device().str())
+                      : std::string("an undefined tensor")));
+    for (size_t j = 0; j < inputs.size(); ++j)
+      if (overlap(o, inputs[j]) && !(o.is_same(inputs[j]) && op.may_overwrite(static_cast<int>(k), static_cast<int>(j))))
+        throw InvalidArgumentError(
+            detail::str_cat("op '", op.name, "': output ", k, " shares memory with input ", j, ", which it may not overwrite"));
+    for (size_t q = 0; q < k; ++q)
+      if (overlap(o, given[q]))
+        throw InvalidArgumentError(detail::str_cat("op '", op.name, "': outputs ", q, " and ", k, " share memory"));
+  }
+}
+
+// Runs op; outputs go into `outs`, allocated here unless `given` (call_op_into).
+void run(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, Device device, std::vector<Tensor>& outs,
+         std::span<Tensor> given = {}, bool into = false) {
   if (op.num_inputs >= 0 && static_cast<int>(inputs.size()) != op.num_inputs)
     throw InvalidArgumentError(detail::str_cat("op '", op.name, "' takes ", op.num_inputs, " inputs, got ", inputs.size()));
   TensorMeta inline_meta[kInlineInputs];
@@ -226,15 +260,21 @@ void run(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, De
   if (!k)
     throw UnimplementedError(detail::str_cat("op '", op.name, "' has no ", device_type_name(device.type),
                                              " kernel for dtype ", dtype_name(key)));
-  outs.clear();
-  outs.reserve(out_meta.size());
-  for (auto& m : out_meta) outs.push_back(Tensor::empty(m.shape, m.dtype, device));
-  OpContext ctx{op, inputs, outs, attrs};
+  std::span<Tensor> out = given;
+  if (into) {
+    check_given_outputs(op, inputs, given, out_meta, device);
+  } else {
+    outs.clear();
+    outs.reserve(out_meta.size());
+    for (auto& m : out_meta) outs.push_back(Tensor::empty(m.shape, m.dtype, device));
+    out = outs;
+  }
+  OpContext ctx{op, inputs, out, attrs};
   {
     KernelCacheScope eager(nullptr);  // an op called from inside a graph kernel is eager
     k(ctx);
   }
-  if (t_observer) t_observer->on_op(op, inputs, outs, attrs);
+  if (t_observer) t_observer->on_op(op, inputs, out, attrs);
 }
 }  // namespace
 
@@ -242,6 +282,12 @@ std::vector<Tensor> call_op(const OpDef& op, std::span<const Tensor> inputs, con
   std::vector<Tensor> outs;
   run(op, inputs, attrs, device, outs);
   return outs;
+}
+
+void call_op_into(const OpDef& op, std::span<const Tensor> inputs, std::span<Tensor> outputs, const Attrs& attrs) {
+  std::vector<Tensor> unused;
+  run(op, inputs, attrs, inputs.empty() || !inputs[0].defined() ? Device::cpu() : inputs[0].device(), unused, outputs,
+      /*into=*/true);
 }
 
 Tensor call_op1(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, Device device) {

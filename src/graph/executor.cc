@@ -163,11 +163,15 @@ std::vector<Stage> schedule(const Graph& g, const std::function<const TensorMeta
 }  // namespace
 
 struct Executor::Plan {
-  enum class Where : uint8_t { kExternal, kArena, kPinned, kView };
+  // kOverwrite: an assigned value written over its variable's buffer (input
+  // `overwrite` of the node) when the run finds that buffer exclusive, else pinned.
+  enum class Where : uint8_t { kExternal, kArena, kPinned, kView, kOverwrite };
   struct Buf {
     Where where = Where::kExternal;
     size_t offset = 0;
     TensorMeta meta;
+    int overwrite = -1;  // kOverwrite: the input it overwrites
+    size_t update = 0;   // kOverwrite: its variable in Plan::updated
   };
   // What one run writes: an arena and the per-node handles (kept from run to run so a
   // run allocates nothing per op). Concurrent runs of one plan take distinct states.
@@ -175,6 +179,7 @@ struct Executor::Plan {
     std::vector<std::vector<Tensor>> in, out;  // per node
     std::vector<std::unique_ptr<Attrs>> redrawn;  // per node: a random op's attrs for this run
     std::shared_ptr<Storage> arena;
+    std::vector<uint8_t> exclusive;  // per updated variable: its buffer may be overwritten this run
   };
   Device device;                       // where the plan runs
   std::vector<Tensor> constants;       // per node: a constant copied to `device` (off the CPU only)
@@ -183,6 +188,7 @@ struct Executor::Plan {
   std::vector<Stage> stages;                 // execution order (schedule())
   std::shared_ptr<const NodeCaches> caches;  // the executor's, shared by its plans
   size_t arena_bytes = 0;
+  std::vector<Variable> updated;  // variables whose assigned values are kOverwrite buffers
   MemoryPlanStats stats;
   std::mutex pool_mu;
   std::vector<std::unique_ptr<RunState>> pool;  // idle run states
@@ -262,6 +268,51 @@ Device Executor::run_device(const std::vector<Tensor>& inputs) const {
       }
   // Outputs and the arena go on that device (for a logical CPU device: its allocator).
   return dev ? *dev : Device::cpu();
+}
+
+// An assignment var := output k of node N is written over var's buffer when N's op may
+// overwrite its input j with output k (OpDef::overwritable), input j is var's value
+// itself (not a view of it), and every other read of that value (through views too)
+// runs in an earlier stage; the value is then neither a graph output nor assigned to
+// another variable. Each run still checks that the buffer is exclusive (nothing outside
+// the variable holds it: Variable::value_is_exclusive) and pins a new buffer if not.
+void Executor::plan_variable_updates(Plan& p, const std::vector<size_t>& stage_of) const {
+  auto buf = [&](ValueRef v) -> Plan::Buf& { return p.bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)]; };
+  auto root = [&](ValueRef v) {
+    while (buf(v).where == Plan::Where::kView) v = graph_.nodes[static_cast<size_t>(v.node)].inputs[0];
+    return v;
+  };
+  for (const Assignment& a : graph_.assignments) {
+    const ValueRef val = a.value;
+    const Node& n = graph_.nodes[static_cast<size_t>(val.node)];
+    if (n.kind != NodeKind::kOp || buf(val).where != Plan::Where::kPinned) continue;
+    int j = -1;
+    for (size_t q = 0; q < n.inputs.size(); ++q) {
+      const Node& src = graph_.nodes[static_cast<size_t>(n.inputs[q].node)];
+      if (src.kind == NodeKind::kVariable && src.variable.is_same(a.variable) &&
+          n.op->may_overwrite(val.index, static_cast<int>(q)))
+        j = static_cast<int>(q);
+    }
+    if (j < 0) continue;
+    auto is_var = [&](ValueRef v) {
+      const Node& src = graph_.nodes[static_cast<size_t>(root(v).node)];
+      return src.kind == NodeKind::kVariable && src.variable.is_same(a.variable);
+    };
+    const size_t at = stage_of[static_cast<size_t>(val.node)];
+    bool ok = true;
+    for (size_t i = 0; ok && i < graph_.nodes.size(); ++i)
+      for (size_t q = 0; ok && q < graph_.nodes[i].inputs.size(); ++q)
+        if (is_var(graph_.nodes[i].inputs[q]) && !(i == static_cast<size_t>(val.node) && q == static_cast<size_t>(j)))
+          ok = stage_of[i] < at;
+    for (ValueRef o : graph_.outputs) ok = ok && !is_var(o);
+    for (const Assignment& b : graph_.assignments) ok = ok && !is_var(b.value);
+    if (!ok) continue;
+    Plan::Buf& b = buf(val);
+    b.where = Plan::Where::kOverwrite;
+    b.overwrite = j;
+    b.update = p.updated.size();
+    p.updated.push_back(a.variable);
+  }
 }
 
 std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>& inputs, Device device) {
@@ -350,6 +401,7 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
   };
   for (ValueRef o : graph_.outputs) pin(o);
   for (const Assignment& a : graph_.assignments) pin(a.value);
+  plan_variable_updates(*p, stage_of);
   // 3. Offsets: allocate a stage's outputs, then release what it read for the last time
   // (the two nodes of a stage run at once: neither may reuse what the other reads).
   // A lone node that writes in place (writes_in_place) takes over the buffer of an input
@@ -381,6 +433,7 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
         Plan::Buf& b = p->bufs[i][k];
         const auto bytes = static_cast<int64_t>(b.meta.shape.numel()) * static_cast<int64_t>(dtype_size(b.meta.dtype));
         if (b.where == Plan::Where::kPinned) p->stats.pinned_bytes += bytes;
+        if (b.where == Plan::Where::kOverwrite) ++p->stats.updated_in_place;
         if (b.where != Plan::Where::kArena) continue;
         const size_t sz = align_up(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
         if (const std::optional<ValueRef> src = in_place_source(i, st)) {
@@ -449,6 +502,9 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   Plan& p = *plan;
   std::unique_ptr<Plan::RunState> state = p.acquire();
   Plan::RunState& rs = *state;
+  // Checked before the variable nodes take their handles.
+  rs.exclusive.resize(p.updated.size());
+  for (size_t u = 0; u < p.updated.size(); ++u) rs.exclusive[u] = p.updated[u].value_is_exclusive();
   const bool profile = profiling();
   const size_t n = graph_.nodes.size();
   auto run_node = [&](size_t i) {
@@ -467,7 +523,9 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
     for (size_t k = 0; k < out.size(); ++k) {
       const Plan::Buf& b = p.bufs[i][k];
       if (b.where == Plan::Where::kView) out[k] = in[0].reshape(b.meta.shape);
-      else if (b.where == Plan::Where::kPinned) out[k] = Tensor::empty(b.meta.shape, b.meta.dtype, p.device);
+      else if (b.where == Plan::Where::kOverwrite && rs.exclusive[b.update]) out[k] = in[static_cast<size_t>(b.overwrite)];
+      else if (b.where == Plan::Where::kPinned || b.where == Plan::Where::kOverwrite)
+        out[k] = Tensor::empty(b.meta.shape, b.meta.dtype, p.device);
       else out[k] = Tensor(rs.arena, b.offset, b.meta.shape, b.meta.dtype);
     }
     if (p.kernels[i] && p.bufs[i][0].where != Plan::Where::kView) {

@@ -67,7 +67,13 @@ const AttrSpec kWd{"weight_decay", AttrType::kFloat, "decoupled weight decay: pa
 const AttrSpec kHyper{"hyper", AttrType::kBool,
                       "the last input is f64[2] (lr, step), replacing the lr and step attrs (a traced training step)"};
 
-KILN_REGISTER_OP(detail::make_def("sgd_update",
+// Output 0 (param') may overwrite param, output k >= 1 (a slot') its slot: input k + 1.
+OpDef updates_in_place(OpDef d) {
+  d.overwritable = {{0, 0}, {1, 2}, {2, 3}, {3, 4}};
+  return d;
+}
+
+KILN_REGISTER_OP(updates_in_place(detail::make_def("sgd_update",
                                   "SGD step (Keras): (param, grad[, momentum]) -> (param'[, momentum']); the momentum "
                                   "slot is present iff momentum != 0",
                                   -1, infer_sgd,
@@ -75,8 +81,8 @@ KILN_REGISTER_OP(detail::make_def("sgd_update",
                                    {"momentum", AttrType::kFloat, "momentum coefficient (0: plain SGD)"},
                                    {"nesterov", AttrType::kBool, "Nesterov momentum"},
                                    kWd, kHyper},
-                                  Differentiable::kNo));
-KILN_REGISTER_OP(detail::make_def("adam_update", "Adam step (Keras): (param, grad, m, v[, hyper]) -> (param', m', v')", -1,
+                                  Differentiable::kNo)));
+KILN_REGISTER_OP(updates_in_place(detail::make_def("adam_update", "Adam step (Keras): (param, grad, m, v[, hyper]) -> (param', m', v')", -1,
                                   infer_adam,
                                   {kLr,
                                    {"beta_1", AttrType::kFloat, "first-moment decay"},
@@ -84,8 +90,8 @@ KILN_REGISTER_OP(detail::make_def("adam_update", "Adam step (Keras): (param, gra
                                    {"epsilon", AttrType::kFloat, "added to sqrt(v)"},
                                    {"step", AttrType::kInt, "1-based step for the bias correction"},
                                    kWd, kHyper},
-                                  Differentiable::kNo));
-KILN_REGISTER_OP(detail::make_def("rmsprop_update",
+                                  Differentiable::kNo)));
+KILN_REGISTER_OP(updates_in_place(detail::make_def("rmsprop_update",
                                   "RMSprop step (Keras): (param, grad, velocity[, momentum][, average_grad]) -> "
                                   "(param', velocity'[, momentum'][, average_grad']); momentum slot iff momentum > 0, "
                                   "average_grad iff centered",
@@ -96,7 +102,7 @@ KILN_REGISTER_OP(detail::make_def("rmsprop_update",
                                    {"epsilon", AttrType::kFloat, "added to the variance estimate"},
                                    {"centered", AttrType::kBool, "normalise by the centered variance"},
                                    kWd, kHyper},
-                                  Differentiable::kNo));
+                                  Differentiable::kNo)));
 
 void require(const char* op, const char* name, const Tensor& t) {
   if (!t.defined()) throw InvalidArgumentError(str_cat(op, ": ", name, " is undefined"));
@@ -109,10 +115,19 @@ void add_hyper(std::vector<Tensor>& in, Attrs& attrs, const Tensor& hyper) {
   attrs.set("hyper", true);
 }
 
+// Runs the update: into the param and slots when in_place (and no observer watches),
+// else into new tensors. `state` lists param then the slots, as the outputs.
+std::vector<Tensor> run_update(const OpDef& op, std::span<const Tensor> in, const Attrs& attrs,
+                               std::vector<Tensor> state, bool in_place) {
+  if (!in_place || op_observer() != nullptr) return call_op(op, in, attrs);
+  call_op_into(op, in, state, attrs);
+  return state;
+}
+
 }  // namespace
 
 SgdUpdate sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, double lr, double momentum,
-                     bool nesterov, double weight_decay, const Tensor& hyper) {
+                     bool nesterov, double weight_decay, const Tensor& hyper, bool in_place) {
   require("sgd_update", "param", param);
   require("sgd_update", "grad", grad);
   const bool mom = momentum != 0;
@@ -121,13 +136,15 @@ SgdUpdate sgd_update(const Tensor& param, const Tensor& grad, const Tensor& mome
   if (mom) in.push_back(momentum_buf);
   Attrs attrs{{"lr", lr}, {"momentum", momentum}, {"nesterov", nesterov}, {"weight_decay", weight_decay}};
   add_hyper(in, attrs, hyper);
-  std::vector<Tensor> out = call_op(KILN_OP("sgd_update"), in, attrs);
+  std::vector<Tensor> state{param};
+  if (mom) state.push_back(momentum_buf);
+  std::vector<Tensor> out = run_update(KILN_OP("sgd_update"), in, attrs, std::move(state), in_place);
   return {out[0], mom ? out[1] : Tensor()};
 }
 
 AdamUpdate adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, double lr,
                        double beta_1, double beta_2, double epsilon, int64_t step, double weight_decay,
-                       const Tensor& hyper) {
+                       const Tensor& hyper, bool in_place) {
   require("adam_update", "param", param);
   require("adam_update", "grad", grad);
   require("adam_update", "m", m);
@@ -136,14 +153,14 @@ AdamUpdate adam_update(const Tensor& param, const Tensor& grad, const Tensor& m,
   Attrs attrs{{"lr", lr},         {"beta_1", beta_1}, {"beta_2", beta_2},
               {"epsilon", epsilon}, {"step", step},     {"weight_decay", weight_decay}};
   add_hyper(in, attrs, hyper);
-  std::vector<Tensor> out = call_op(KILN_OP("adam_update"), in, attrs);
+  std::vector<Tensor> out = run_update(KILN_OP("adam_update"), in, attrs, {param, m, v}, in_place);
   return {out[0], out[1], out[2]};
 }
 
 RmspropUpdate rmsprop_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
                              const Tensor& momentum_buf, const Tensor& average_grad, double lr, double rho,
                              double momentum, double epsilon, bool centered, double weight_decay,
-                             const Tensor& hyper) {
+                             const Tensor& hyper, bool in_place) {
   require("rmsprop_update", "param", param);
   require("rmsprop_update", "grad", grad);
   require("rmsprop_update", "velocity", velocity);
@@ -156,7 +173,10 @@ RmspropUpdate rmsprop_update(const Tensor& param, const Tensor& grad, const Tens
   Attrs attrs{{"lr", lr},           {"rho", rho},           {"momentum", momentum},
               {"epsilon", epsilon}, {"centered", centered}, {"weight_decay", weight_decay}};
   add_hyper(in, attrs, hyper);
-  std::vector<Tensor> out = call_op(KILN_OP("rmsprop_update"), in, attrs);
+  std::vector<Tensor> state{param, velocity};
+  if (mom) state.push_back(momentum_buf);
+  if (centered) state.push_back(average_grad);
+  std::vector<Tensor> out = run_update(KILN_OP("rmsprop_update"), in, attrs, std::move(state), in_place);
   RmspropUpdate r{out[0], out[1], {}, {}};
   size_t k = 2;
   if (mom) r.momentum = out[k++];

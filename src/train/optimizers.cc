@@ -72,6 +72,13 @@ double Optimizer::learning_rate() const {
 
 void Optimizer::set_learning_rate(double lr) { opts_.learning_rate = lr; }
 
+bool Optimizer::can_update_in_place(const Variable& var, const std::vector<Variable>& slots) const {
+  if (hyper_.defined() || !var.value_is_exclusive()) return false;
+  for (const Variable& s : slots)
+    if (!s.value_is_exclusive()) return false;
+  return true;
+}
+
 void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
   apply(grads, vars, {}, {});
 }
@@ -185,7 +192,7 @@ class SGDOptimizer final : public Optimizer {
   void update(const Variable& var, const Tensor& grad, std::vector<Variable>& slots, double lr, int64_t) override {
     const bool mom = momentum_ != 0;
     ops::SgdUpdate r = ops::sgd_update(var.peek(), grad, mom ? slots[0].peek() : Tensor(), lr, momentum_, nesterov_,
-                                       opts_.weight_decay, hyper_);
+                                       opts_.weight_decay, hyper_, can_update_in_place(var, slots));
     var.assign(r.param);
     if (mom) slots[0].assign(r.momentum);
   }
@@ -210,7 +217,7 @@ class AdamOptimizer final : public Optimizer {
   std::vector<std::string> slot_names() const override { return {"m", "v"}; }
   void update(const Variable& var, const Tensor& grad, std::vector<Variable>& slots, double lr, int64_t step) override {
     ops::AdamUpdate r = ops::adam_update(var.peek(), grad, slots[0].peek(), slots[1].peek(), lr, beta_1_, beta_2_,
-                                         epsilon_, step, opts_.weight_decay, hyper_);
+                                         epsilon_, step, opts_.weight_decay, hyper_, can_update_in_place(var, slots));
     var.assign(r.param);
     slots[0].assign(r.m);
     slots[1].assign(r.v);
@@ -244,7 +251,7 @@ class RMSpropOptimizer final : public Optimizer {
     ops::RmspropUpdate r = ops::rmsprop_update(
         var.peek(), grad, slots[0].peek(), mom_slot ? mom_slot->peek() : Tensor(),
         avg_slot ? avg_slot->peek() : Tensor(), lr, rho_, momentum_, epsilon_, centered_, opts_.weight_decay,
-        hyper_);
+        hyper_, can_update_in_place(var, slots));
     var.assign(r.param);
     slots[0].assign(r.velocity);
     if (mom_slot) mom_slot->assign(r.momentum);

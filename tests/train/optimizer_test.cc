@@ -4,6 +4,7 @@
 // are checked against the same formulas written out per element here.
 #include <cmath>
 
+#include "kiln/autodiff/tape.h"
 #include "kiln/ops/optim.h"
 #include "kiln/train/optimizers.h"
 #include "test_util.h"
@@ -277,6 +278,47 @@ TEST(OptimizerTest, GetByName) {
   EXPECT_EQ(optimizers::get("rmsprop", 0.1)->name(), "rmsprop");
 }
 
+// The optimizer updates its variables in place when nothing else holds their values
+// (as TensorFlow and PyTorch do), and never under a tensor someone kept.
+TEST(OptimizerTest, UpdatesInPlaceOnlyWhatNothingElseHolds) {
+  const std::vector<OptimizerPtr> opts = {optimizers::Adam(lr(0.1)), optimizers::SGD(lr(0.1), 0.9),
+                                          optimizers::RMSprop(lr(0.1), 0.9, 0.5, 1e-7, true)};
+  for (const OptimizerPtr& opt : opts) {
+    SCOPED_TRACE(opt->name());
+    Variable w(make<double>(kP0, {4}), "w");
+    opt->apply_gradients({make<double>(kG[0], {4})}, {w});  // builds the slots
+    std::vector<const void*> where{w.peek().raw_data()};
+    for (const Variable& s : opt->slots(w)) where.push_back(s.peek().raw_data());
+    opt->apply_gradients({make<double>(kG[1], {4})}, {w});
+    std::vector<const void*> now{w.peek().raw_data()};
+    for (const Variable& s : opt->slots(w)) now.push_back(s.peek().raw_data());
+    EXPECT_EQ(now, where);
+    // A kept value keeps its values: the update makes a new tensor.
+    const Tensor kept = w.peek(), before = kept.clone();
+    opt->apply_gradients({make<double>(kG[2], {4})}, {w});
+    EXPECT_TRUE(array_equal(kept, before));
+    EXPECT_NE(w.peek().raw_data(), kept.raw_data());
+    EXPECT_FALSE(array_equal(w.peek(), before));
+  }
+  // Under a gradient tape (an op observer) the update makes new tensors.
+  auto opt = optimizers::SGD(lr(0.1));
+  Variable w(make<double>(kP0, {4}), "w");
+  const void* at = w.peek().raw_data();
+  {
+    GradientTape tape;
+    opt->apply_gradients({make<double>(kG[0], {4})}, {w});
+  }
+  EXPECT_NE(w.peek().raw_data(), at);
+  // Borrowed memory (a mapped package's weights) is never written.
+  std::vector<double> outside = kP0;
+  auto borrowed = std::make_shared<Storage>(outside.data(), outside.size() * sizeof(double), Device::cpu(), nullptr);
+  Variable b(Tensor(borrowed, 0, Shape({4}), DType::kF64), "b");
+  borrowed.reset();
+  opt->apply_gradients({make<double>(kG[0], {4})}, {b});
+  EXPECT_EQ(outside, kP0);
+  EXPECT_CLOSE(b.peek(), make<double>({0.99, -1.98, 2.97, 0.54}, {4}), 1e-12, 1e-12);
+}
+
 // ---- the fused update ops ----------------------------------------------------------
 
 struct Ref {
@@ -411,6 +453,42 @@ TEST_P(OptimKernelTest, HyperInputReplacesLrAndStep) {
   expect(r.param, rms_ref(v(p), v(g), v(vv), v(m), v(m), 0.01, 0.9, 0, 1e-7, false, 0.1).p, "rmsprop param");
 }
 
+// in_place: the results are the param and slot tensors themselves, holding exactly what
+// the out-of-place update returns (the same kernels, each element read before written).
+TEST_P(OptimKernelTest, InPlaceGivesTheSameValuesInTheSameBuffers) {
+  Tensor p = rnd(17, -1, 1), g = rnd(18, -1, 1), s1 = rnd(19, 0.1, 0.5), s2 = rnd(20, 0.5, 1), s3 = rnd(21, -0.1, 0.1);
+  auto expect_same = [](const Tensor& got, const Tensor& in, const Tensor& want, const char* what) {
+    SCOPED_TRACE(what);
+    EXPECT_TRUE(got.is_same(in));
+    EXPECT_TRUE(array_equal(got, want));
+  };
+  {
+    const ops::AdamUpdate want = ops::adam_update(p, g, s1, s2, 0.01, 0.9, 0.999, 1e-7, 3, 0.004);
+    Tensor pc = p.clone(), mc = s1.clone(), vc = s2.clone();
+    const ops::AdamUpdate got = ops::adam_update(pc, g, mc, vc, 0.01, 0.9, 0.999, 1e-7, 3, 0.004, {}, true);
+    expect_same(got.param, pc, want.param, "adam param");
+    expect_same(got.m, mc, want.m, "adam m");
+    expect_same(got.v, vc, want.v, "adam v");
+  }
+  for (double mu : {0.0, 0.9}) {
+    const ops::SgdUpdate want = ops::sgd_update(p, g, s3, 0.05, mu, true, 0.01);
+    Tensor pc = p.clone(), mc = s3.clone();
+    const ops::SgdUpdate got = ops::sgd_update(pc, g, mc, 0.05, mu, true, 0.01, {}, true);
+    expect_same(got.param, pc, want.param, "sgd param");
+    if (mu != 0) expect_same(got.momentum, mc, want.momentum, "sgd momentum");
+    if (mu == 0) EXPECT_TRUE(array_equal(mc, s3));  // unused slot untouched
+  }
+  {
+    const ops::RmspropUpdate want = ops::rmsprop_update(p, g, s2, s3, s1, 0.01, 0.9, 0.5, 1e-7, true, 0.1);
+    Tensor pc = p.clone(), vc = s2.clone(), mc = s3.clone(), ac = s1.clone();
+    const ops::RmspropUpdate got = ops::rmsprop_update(pc, g, vc, mc, ac, 0.01, 0.9, 0.5, 1e-7, true, 0.1, {}, true);
+    expect_same(got.param, pc, want.param, "rmsprop param");
+    expect_same(got.velocity, vc, want.velocity, "rmsprop velocity");
+    expect_same(got.momentum, mc, want.momentum, "rmsprop momentum");
+    expect_same(got.average_grad, ac, want.average_grad, "rmsprop average_grad");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(OptimKernel, OptimKernelTest,
                          ::testing::Values(DType::kF32, DType::kF64, DType::kF16, DType::kBF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
@@ -434,6 +512,35 @@ TEST(OptimOpsTest, Errors) {
                     kInvalidArgument, "must be f64[2] (lr, step)");
   const OpDef& d = OpRegistry::global().get("adam_update");
   EXPECT_EQ(d.differentiable, Differentiable::kNo);
+}
+
+// call_op_into: outputs as inference gives them, aliasing only as the op allows.
+TEST(OptimOpsTest, CallOpIntoChecksItsOutputs) {
+  const OpDef& sgd = OpRegistry::global().get("sgd_update");
+  const Attrs attrs{{"lr", 0.5}, {"momentum", 0.0}, {"nesterov", false}, {"weight_decay", 0.0}};
+  Tensor p = make<float>({1, 2, 3}, {3}), g = make<float>({2, 2, 2}, {3});
+  std::vector<Tensor> in{p, g};
+  std::vector<Tensor> wrong_shape{Tensor::empty(Shape({4}), DType::kF32)};
+  EXPECT_KILN_ERROR(call_op_into(sgd, in, wrong_shape, attrs), kInvalidArgument, "output 0 must be f32[3]");
+  std::vector<Tensor> wrong_dtype{Tensor::empty(Shape({3}), DType::kF64)};
+  EXPECT_KILN_ERROR(call_op_into(sgd, in, wrong_dtype, attrs), kInvalidArgument, "output 0 must be f32[3]");
+  std::vector<Tensor> none;
+  EXPECT_KILN_ERROR(call_op_into(sgd, in, none, attrs), kInvalidArgument, "has 1 outputs");
+  std::vector<Tensor> over_grad{g};  // the gradient is not overwritable
+  EXPECT_KILN_ERROR(call_op_into(sgd, in, over_grad, attrs), kInvalidArgument, "shares memory with input 1");
+  // A view of part of param's buffer is not param itself.
+  Tensor big = make<float>({1, 2, 3, 4}, {4});
+  Tensor head(big.storage(), 0, Shape({3}), DType::kF32), tail(big.storage(), 4, Shape({3}), DType::kF32);
+  std::vector<Tensor> in2{head, g}, shifted{tail};
+  EXPECT_KILN_ERROR(call_op_into(sgd, in2, shifted, attrs), kInvalidArgument, "shares memory with input 0");
+  EXPECT_TRUE(array_equal(big, make<float>({1, 2, 3, 4}, {4})));  // nothing ran
+  // Allowed: param' over param; and into a fresh buffer.
+  std::vector<Tensor> fresh{Tensor::empty(Shape({3}), DType::kF32)};
+  call_op_into(sgd, in, fresh, attrs);
+  EXPECT_TRUE(array_equal(fresh[0], make<float>({0, 1, 2}, {3})));
+  std::vector<Tensor> over_param{p};
+  call_op_into(sgd, in, over_param, attrs);
+  EXPECT_TRUE(array_equal(p, make<float>({0, 1, 2}, {3})));
 }
 
 }  // namespace

@@ -35,6 +35,10 @@ class Variable {
   const Tensor& peek() const;
   // Replaces the value; throws InvalidArgumentError on a shape or dtype change.
   void assign(const Tensor& v) const;
+  // Whether the value's buffer is held by this variable alone (no tensor anyone kept)
+  // and owned by an allocator (not borrowed, e.g. a mapped package): an update may then
+  // write over it unseen (optimizers, the graph executor). Not a read (no observer).
+  bool value_is_exclusive() const;
   const std::string& name() const;
   bool trainable() const;
   void set_trainable(bool t) const;

@@ -113,6 +113,18 @@ struct OpDef {
   // ops do inside tf.function; passes never fold, merge or duplicate these nodes.
   // nullptr: a deterministic op.
   void (*redraw)(Attrs& attrs) = nullptr;
+  // (output, input) pairs whose buffers may be one: every kernel of the op, on every
+  // device, computes element i of that output from elements at index i of the inputs
+  // and reads them before it writes it (elementwise ops, optimizer updates). A caller
+  // that owns the input (nothing else reads it afterwards) may pass it as the output
+  // (call_op_into); the graph executor writes such outputs over dead inputs and over
+  // the variables they update. The shapes and dtypes must still match.
+  std::vector<std::pair<int, int>> overwritable;
+  bool may_overwrite(int output, int input) const {
+    for (const auto& [o, i] : overwritable)
+      if (o == output && i == input) return true;
+    return false;
+  }
   // kernels[device type][dtype]
   std::array<std::array<KernelFn, kNumDTypes>, kNumDeviceTypes> kernels{};
 
@@ -157,6 +169,12 @@ void notify_op_observer(const OpDef& op, std::span<const Tensor> inputs, std::sp
 // inputs' device (or `device` for ops without inputs), runs the kernel.
 std::vector<Tensor> call_op(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs,
                             Device device = Device::cpu());
+// As call_op, into outputs the caller allocated with the shapes, dtypes and device that
+// inference gives (InvalidArgumentError otherwise). An output may share its buffer with
+// an input only as op.overwritable allows, as that very tensor (InvalidArgumentError
+// otherwise); the caller gives up that input's old value. Reported to the op observer
+// like call_op.
+void call_op_into(const OpDef& op, std::span<const Tensor> inputs, std::span<Tensor> outputs, const Attrs& attrs);
 // Single-output convenience.
 Tensor call_op1(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs,
                 Device device = Device::cpu());

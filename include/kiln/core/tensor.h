@@ -35,6 +35,8 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   const Device& device() const { return device_; }
+  // False for borrowed memory (the second constructor), which may be read-only.
+  bool owns_memory() const { return allocator_ != nullptr; }
 
  private:
   void* data_ = nullptr;

@@ -43,6 +43,8 @@ struct MemoryPlanStats {
   int64_t num_buffers = 0;   // intermediates placed in the arena
   int64_t pinned_bytes = 0;  // outputs and assigned values (own allocations)
   int64_t in_place = 0;      // intermediates written over an input's buffer
+  int64_t updated_in_place = 0;  // assigned values written over their variable's buffer
+                                 // (when it is exclusive; not in pinned_bytes)
 };
 
 class Executor {
@@ -66,6 +68,8 @@ class Executor {
  private:
   struct Plan;
   std::shared_ptr<Plan> plan_for(const std::vector<TensorMeta>& inputs, Device device = Device::cpu());
+  // Marks the assigned values a run may write over their variables' buffers.
+  void plan_variable_updates(Plan& p, const std::vector<size_t>& stage_of) const;
   // Where a run with these inputs executes (see above).
   Device run_device(const std::vector<Tensor>& inputs) const;
   Graph graph_;

@@ -1,8 +1,15 @@
 #pragma once
 // Fused optimizer updates (the Keras 3 update rules, one pass over memory per
 // variable). Each op reads the parameter, its gradient and the optimizer's slots and
-// returns NEW tensors (the caller assigns them to its Variables); inputs are never
-// modified. Not differentiable.
+// returns new tensors (the caller assigns them to its Variables); inputs are not
+// modified unless `in_place` (below). Not differentiable.
+//
+// `in_place` (optional): write the results over param and the slots, as TensorFlow's
+// ApplyAdam updates its variables and PyTorch's optimizers their parameters; the
+// results are then those very tensors. For a caller that owns them and gives up their
+// old values (an optimizer whose variables nothing else holds). Ignored while an op
+// observer (a gradient tape, a trace) watches the thread: what it records must not
+// alias. The kernels allow it (OpDef::overwritable).
 //
 // Every update first applies decoupled weight decay (Keras's _apply_weight_decay, as
 // in AdamW): param *= 1 - lr * weight_decay; weight_decay = 0 disables it.
@@ -32,7 +39,7 @@ struct SgdUpdate {
 };
 SgdUpdate sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, double lr,
                      double momentum = 0, bool nesterov = false, double weight_decay = 0,
-                     const Tensor& hyper = {});
+                     const Tensor& hyper = {}, bool in_place = false);
 
 // Adam (keras.optimizers.Adam / AdamW), step t >= 1 (1-based):
 //   alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)
@@ -47,7 +54,7 @@ struct AdamUpdate {
 };
 AdamUpdate adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, double lr,
                        double beta_1, double beta_2, double epsilon, int64_t step, double weight_decay = 0,
-                       const Tensor& hyper = {});
+                       const Tensor& hyper = {}, bool in_place = false);
 
 // RMSprop (keras.optimizers.RMSprop):
 //   v'  = rho * v + (1 - rho) * g^2
@@ -65,6 +72,6 @@ struct RmspropUpdate {
 RmspropUpdate rmsprop_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
                              const Tensor& momentum_buf, const Tensor& average_grad, double lr, double rho,
                              double momentum, double epsilon, bool centered, double weight_decay = 0,
-                             const Tensor& hyper = {});
+                             const Tensor& hyper = {}, bool in_place = false);
 
 }  // namespace kiln::ops

@@ -1,5 +1,8 @@
 // CPU kernels for the fused optimizer updates (sgd_update, adam_update,
 // rmsprop_update): one pass over param, grad and the slots, parallel over elements.
+// An output may be its input's buffer (OpDef::overwritable: updates in place), so
+// param, the slots and their results are not __restrict; element i is read before it
+// is written and `omp simd` vectorises the loops all the same.
 // f16/bf16 compute in float, converted in L1-sized chunks (no whole-tensor passes).
 #include <algorithm>
 #include <cmath>
@@ -95,9 +98,9 @@ void k_sgd(OpContext& ctx) {
     fused<T, 2, 1>(ctx, [=](auto& blk) {
       using C = typename std::remove_reference_t<decltype(blk)>::value_type;
       const C lr = static_cast<C>(lr_d), decay = static_cast<C>(decay_d);
-      const C* __restrict p = blk.in[0];
+      const C* p = blk.in[0];
       const C* __restrict g = blk.in[1];
-      C* __restrict po = blk.out[0];
+      C* po = blk.out[0];
 #pragma omp simd
       for (int64_t i = 0; i < blk.n; ++i) po[i] = p[i] * decay - lr * g[i];
     });
@@ -106,11 +109,11 @@ void k_sgd(OpContext& ctx) {
     fused<T, 3, 2>(ctx, [=](auto& blk) {
       using C = typename std::remove_reference_t<decltype(blk)>::value_type;
       const C lr = static_cast<C>(lr_d), mu = static_cast<C>(mu_d), decay = static_cast<C>(decay_d);
-      const C* __restrict p = blk.in[0];
+      const C* p = blk.in[0];
       const C* __restrict g = blk.in[1];
-      const C* __restrict m = blk.in[2];
-      C* __restrict po = blk.out[0];
-      C* __restrict mo = blk.out[1];
+      const C* m = blk.in[2];
+      C* po = blk.out[0];
+      C* mo = blk.out[1];
       if (nesterov) {
 #pragma omp simd
         for (int64_t i = 0; i < blk.n; ++i) {
@@ -143,13 +146,13 @@ void k_adam(OpContext& ctx) {
     using C = typename std::remove_reference_t<decltype(blk)>::value_type;
     const C alpha = static_cast<C>(alpha_d), decay = static_cast<C>(decay_d), eps = static_cast<C>(eps_d);
     const C c1 = static_cast<C>(1 - b1), c2 = static_cast<C>(1 - b2);
-    const C* __restrict p = blk.in[0];
+    const C* p = blk.in[0];
     const C* __restrict g = blk.in[1];
-    const C* __restrict m = blk.in[2];
-    const C* __restrict v = blk.in[3];
-    C* __restrict po = blk.out[0];
-    C* __restrict mo = blk.out[1];
-    C* __restrict vo = blk.out[2];
+    const C* m = blk.in[2];
+    const C* v = blk.in[3];
+    C* po = blk.out[0];
+    C* mo = blk.out[1];
+    C* vo = blk.out[2];
 #pragma omp simd
     for (int64_t i = 0; i < blk.n; ++i) {
       const C gi = g[i];
@@ -173,15 +176,15 @@ void rmsprop(OpContext& ctx) {
     using C = typename std::remove_reference_t<decltype(blk)>::value_type;
     const C lr = static_cast<C>(lr_d), rho = static_cast<C>(rho_d), c = static_cast<C>(1 - rho_d);
     const C mu = static_cast<C>(mu_d), eps = static_cast<C>(eps_d), decay = static_cast<C>(decay_d);
-    const C* __restrict p = blk.in[0];
+    const C* p = blk.in[0];
     const C* __restrict g = blk.in[1];
-    const C* __restrict v = blk.in[2];
-    const C* __restrict mom = blk.in[MOM ? 3 : 0];
-    const C* __restrict mg = blk.in[CENTERED ? 3 + MOM : 0];
-    C* __restrict po = blk.out[0];
-    C* __restrict vo = blk.out[1];
-    C* __restrict momo = blk.out[MOM ? 2 : 0];
-    C* __restrict mgo = blk.out[CENTERED ? 2 + MOM : 0];
+    const C* v = blk.in[2];
+    const C* mom = blk.in[MOM ? 3 : 0];
+    const C* mg = blk.in[CENTERED ? 3 + MOM : 0];
+    C* po = blk.out[0];
+    C* vo = blk.out[1];
+    C* momo = blk.out[MOM ? 2 : 0];
+    C* mgo = blk.out[CENTERED ? 2 + MOM : 0];
 #pragma omp simd
     for (int64_t i = 0; i < blk.n; ++i) {
       const C gi = g[i];
