@@ -87,19 +87,6 @@ class ArenaPlanner {
 
 bool is_view_op(const OpDef* op) { return op && op->name == "reshape"; }
 
-// Ops whose CPU kernels may write their output over an input of the same shape and
-// dtype: every output element is computed from the inputs' elements at the same index,
-// read before it is written (unary_apply, binary_apply, relu_grad, fused_elementwise;
-// not floor/ceil/round, whose integer kernels are a memcpy).
-bool writes_in_place(const OpDef* op) {
-  static const std::set<std::string> kOps = {
-      "neg",  "abs",     "sign",   "square",   "relu",     "exp",        "log",  "log1p",   "sqrt",
-      "rsqrt", "reciprocal", "sin", "cos",      "tanh",     "sigmoid",    "relu6", "relu_grad", "leaky_relu",
-      "elu",  "gelu",    "silu",   "softplus", "erf",      "clip",       "add",  "sub",     "mul",
-      "div",  "maximum", "minimum", "pow",     "fused_elementwise"};
-  return op && kOps.count(op->name);
-}
-
 using NodeCaches = std::vector<std::unique_ptr<KernelCache>>;  // per node (null: no kernel)
 
 // Execution order: one stage per node in graph order, except that two independent heavy
@@ -404,19 +391,21 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
   plan_variable_updates(*p, stage_of);
   // 3. Offsets: allocate a stage's outputs, then release what it read for the last time
   // (the two nodes of a stage run at once: neither may reuse what the other reads).
-  // A lone node that writes in place (writes_in_place) takes over the buffer of an input
-  // of its output's shape and dtype whose last reader it is; that buffer then lives as
-  // long as the output.
+  // A lone node whose output may overwrite an input (OpDef::overwritable) takes over the
+  // buffer of such an input of its output's shape and dtype whose last reader it is;
+  // that buffer then lives as long as the output.
   ArenaPlanner arena;
   std::map<size_t, std::vector<ValueRef>> frees;  // stage -> buffers whose last reader it holds
   std::set<ValueRef> taken_over;                  // buffers an in-place output now owns
   auto in_place_source = [&](size_t i, size_t st) -> std::optional<ValueRef> {
     const Node& node = graph_.nodes[i];
     if (device.type != DeviceType::kCPU || p->stages[st][1] >= 0 || node.outputs.size() != 1 ||
-        !writes_in_place(node.op))
+        node.op->overwritable.empty())
       return std::nullopt;
     const TensorMeta& out = p->bufs[i][0].meta;
-    for (ValueRef v : node.inputs) {
+    for (size_t q = 0; q < node.inputs.size(); ++q) {
+      const ValueRef v = node.inputs[q];
+      if (!node.op->may_overwrite(0, static_cast<int>(q))) continue;
       const ValueRef r = root(v);
       const Plan::Buf& in = p->bufs[static_cast<size_t>(r.node)][static_cast<size_t>(r.index)];
       if (in.where == Plan::Where::kArena && !taken_over.count(r) && last_use.at(r) == st &&

@@ -50,13 +50,21 @@ OpDef binary(const char* name, const char* doc, InferFn infer = detail::infer_br
   return detail::make_def(name, doc, 2, infer, {}, d);
 }
 
-KILN_REGISTER_OP(binary("add", "a + b"));
-KILN_REGISTER_OP(binary("sub", "a - b"));
-KILN_REGISTER_OP(binary("mul", "a * b"));
-KILN_REGISTER_OP(binary("div", "a / b"));
-KILN_REGISTER_OP(binary("pow", "a ** b"));
-KILN_REGISTER_OP(binary("maximum", "elementwise max (NaN propagates)"));
-KILN_REGISTER_OP(binary("minimum", "elementwise min (NaN propagates)"));
+// Every input may be overwritten by the output (OpDef::overwritable): the kernels read
+// element i of each operand before writing element i (where shapes match; not
+// floor/ceil/round, whose integer kernels are a memcpy; not the comparisons).
+OpDef elementwise_in_place(OpDef d) {
+  for (int j = 0; j < d.num_inputs; ++j) d.overwritable.emplace_back(0, j);
+  return d;
+}
+
+KILN_REGISTER_OP(elementwise_in_place(binary("add", "a + b")));
+KILN_REGISTER_OP(elementwise_in_place(binary("sub", "a - b")));
+KILN_REGISTER_OP(elementwise_in_place(binary("mul", "a * b")));
+KILN_REGISTER_OP(elementwise_in_place(binary("div", "a / b")));
+KILN_REGISTER_OP(elementwise_in_place(binary("pow", "a ** b")));
+KILN_REGISTER_OP(elementwise_in_place(binary("maximum", "elementwise max (NaN propagates)")));
+KILN_REGISTER_OP(elementwise_in_place(binary("minimum", "elementwise min (NaN propagates)")));
 KILN_REGISTER_OP(binary("equal", "a == b", detail::infer_broadcast_bool, Differentiable::kNo));
 KILN_REGISTER_OP(binary("not_equal", "a != b", detail::infer_broadcast_bool, Differentiable::kNo));
 KILN_REGISTER_OP(binary("less", "a < b", detail::infer_broadcast_bool, Differentiable::kNo));
@@ -70,35 +78,35 @@ KILN_REGISTER_OP([] {
   o.infer = infer_bool_unary;
   return o;
 }());
-KILN_REGISTER_OP(unary("neg", "-x"));
+KILN_REGISTER_OP(elementwise_in_place(unary("neg", "-x")));
 KILN_REGISTER_OP([] {
   OpDef o = unary("stop_gradient", "x, cut from every gradient (tf.stop_gradient)", Differentiable::kNo);
   o.infer = detail::infer_same;
   return o;
 }());
-KILN_REGISTER_OP(unary("abs", "|x|"));
-KILN_REGISTER_OP(unary("sign", "-1, 0 or 1", Differentiable::kNo));
-KILN_REGISTER_OP(unary("square", "x * x"));
-KILN_REGISTER_OP(unary("exp", "e^x"));
-KILN_REGISTER_OP(unary("log", "natural log"));
-KILN_REGISTER_OP(unary("log1p", "log(1 + x)"));
-KILN_REGISTER_OP(unary("sqrt", "square root"));
-KILN_REGISTER_OP(unary("rsqrt", "1 / sqrt(x)"));
-KILN_REGISTER_OP(unary("reciprocal", "1 / x"));
-KILN_REGISTER_OP(unary("sin", "sine"));
-KILN_REGISTER_OP(unary("cos", "cosine"));
-KILN_REGISTER_OP(unary("tanh", "hyperbolic tangent"));
-KILN_REGISTER_OP(unary("sigmoid", "1 / (1 + e^-x)"));
-KILN_REGISTER_OP(unary("relu", "max(x, 0)"));
-KILN_REGISTER_OP(detail::make_def("relu_grad", "the ReLU's backward: g where y > 0, else 0 (one pass)", 2,
-                                  infer_relu_grad, {}, Differentiable::kYes));
-KILN_REGISTER_OP(unary("relu6", "min(max(x, 0), 6)"));
-KILN_REGISTER_OP(unary("leaky_relu", "x > 0 ? x : alpha * x", Differentiable::kYes, {{"alpha", AttrType::kFloat, "slope for x < 0"}}));
-KILN_REGISTER_OP(unary("elu", "x > 0 ? x : alpha * (e^x - 1)", Differentiable::kYes, {{"alpha", AttrType::kFloat, "scale for x < 0"}}));
-KILN_REGISTER_OP(unary("gelu", "x * Phi(x)", Differentiable::kYes, {{"approximate", AttrType::kBool, "tanh approximation"}}));
-KILN_REGISTER_OP(unary("silu", "x * sigmoid(x)"));
-KILN_REGISTER_OP(unary("softplus", "log(1 + e^x)"));
-KILN_REGISTER_OP(unary("erf", "error function"));
+KILN_REGISTER_OP(elementwise_in_place(unary("abs", "|x|")));
+KILN_REGISTER_OP(elementwise_in_place(unary("sign", "-1, 0 or 1", Differentiable::kNo)));
+KILN_REGISTER_OP(elementwise_in_place(unary("square", "x * x")));
+KILN_REGISTER_OP(elementwise_in_place(unary("exp", "e^x")));
+KILN_REGISTER_OP(elementwise_in_place(unary("log", "natural log")));
+KILN_REGISTER_OP(elementwise_in_place(unary("log1p", "log(1 + x)")));
+KILN_REGISTER_OP(elementwise_in_place(unary("sqrt", "square root")));
+KILN_REGISTER_OP(elementwise_in_place(unary("rsqrt", "1 / sqrt(x)")));
+KILN_REGISTER_OP(elementwise_in_place(unary("reciprocal", "1 / x")));
+KILN_REGISTER_OP(elementwise_in_place(unary("sin", "sine")));
+KILN_REGISTER_OP(elementwise_in_place(unary("cos", "cosine")));
+KILN_REGISTER_OP(elementwise_in_place(unary("tanh", "hyperbolic tangent")));
+KILN_REGISTER_OP(elementwise_in_place(unary("sigmoid", "1 / (1 + e^-x)")));
+KILN_REGISTER_OP(elementwise_in_place(unary("relu", "max(x, 0)")));
+KILN_REGISTER_OP(elementwise_in_place(detail::make_def("relu_grad", "the ReLU's backward: g where y > 0, else 0 (one pass)",
+                                                      2, infer_relu_grad, {}, Differentiable::kYes)));
+KILN_REGISTER_OP(elementwise_in_place(unary("relu6", "min(max(x, 0), 6)")));
+KILN_REGISTER_OP(elementwise_in_place(unary("leaky_relu", "x > 0 ? x : alpha * x", Differentiable::kYes, {{"alpha", AttrType::kFloat, "slope for x < 0"}})));
+KILN_REGISTER_OP(elementwise_in_place(unary("elu", "x > 0 ? x : alpha * (e^x - 1)", Differentiable::kYes, {{"alpha", AttrType::kFloat, "scale for x < 0"}})));
+KILN_REGISTER_OP(elementwise_in_place(unary("gelu", "x * Phi(x)", Differentiable::kYes, {{"approximate", AttrType::kBool, "tanh approximation"}})));
+KILN_REGISTER_OP(elementwise_in_place(unary("silu", "x * sigmoid(x)")));
+KILN_REGISTER_OP(elementwise_in_place(unary("softplus", "log(1 + e^x)")));
+KILN_REGISTER_OP(elementwise_in_place(unary("erf", "error function")));
 KILN_REGISTER_OP(unary("floor", "round down", Differentiable::kNo));
 KILN_REGISTER_OP(unary("ceil", "round up", Differentiable::kNo));
 KILN_REGISTER_OP(unary("round", "round half to even", Differentiable::kNo));
@@ -106,7 +114,7 @@ KILN_REGISTER_OP([] {
   OpDef o = unary("clip", "min(max(x, min), max)", Differentiable::kYes,
                   {{"min", AttrType::kFloat, "lower bound"}, {"max", AttrType::kFloat, "upper bound"}});
   o.infer = infer_clip;
-  return o;
+  return elementwise_in_place(o);
 }());
 KILN_REGISTER_OP([] {
   OpDef o;

@@ -100,12 +100,15 @@ std::vector<TensorMeta> infer_fused_elementwise(std::span<const TensorMeta> in, 
   return {{shape, DType::kF32}};
 }
 
-KILN_REGISTER_OP(detail::make_def("fused_elementwise",
-                                  "a chain of f32 elementwise ops in one loop, made by graph fusion", -1,
-                                  infer_fused_elementwise,
-                                  {{"ops", AttrType::kString, "op names, comma-separated, one per instruction"},
-                                   {"args", AttrType::kInts, "two input registers per instruction (-1: none)"}},
-                                  Differentiable::kNo));
+KILN_REGISTER_OP([] {
+  OpDef d = detail::make_def("fused_elementwise", "a chain of f32 elementwise ops in one loop, made by graph fusion", -1,
+                             infer_fused_elementwise,
+                             {{"ops", AttrType::kString, "op names, comma-separated, one per instruction"},
+                              {"args", AttrType::kInts, "two input registers per instruction (-1: none)"}},
+                             Differentiable::kNo);
+  d.overwritable = {{0, -1}};  // any input of the output's shape: each element is loaded before it is stored
+  return d;
+}());
 
 }  // namespace
 

@@ -118,11 +118,12 @@ struct OpDef {
   // and reads them before it writes it (elementwise ops, optimizer updates). A caller
   // that owns the input (nothing else reads it afterwards) may pass it as the output
   // (call_op_into); the graph executor writes such outputs over dead inputs and over
-  // the variables they update. The shapes and dtypes must still match.
+  // the variables they update. The shapes and dtypes must still match. Input -1: any
+  // input (a variadic op).
   std::vector<std::pair<int, int>> overwritable;
   bool may_overwrite(int output, int input) const {
     for (const auto& [o, i] : overwritable)
-      if (o == output && i == input) return true;
+      if (o == output && (i == input || i == -1)) return true;
     return false;
   }
   // kernels[device type][dtype]

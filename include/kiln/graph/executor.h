@@ -6,12 +6,18 @@
 // its attrs do not pin the batch), kernels are looked up, and a static memory plan
 // gives every intermediate an offset in one arena: liveness analysis frees a buffer
 // after its last reader, and later buffers reuse the space (best fit). On the CPU an
-// elementwise op (unary, binary arithmetic, relu_grad, fused_elementwise) writes its
-// result in place over an input of the same shape and dtype that nothing reads after
-// it (what the op's kernels allow: each element is read before it is written, at the
-// same index). `reshape` outputs are views of their input. Graph outputs and assigned values get buffers
-// of their own (they outlive the run). A run then allocates nothing per op: the
-// arena is reused from run to run. Random ops draw fresh numbers for every run
+// op whose output may overwrite an input (OpDef::overwritable: unary and binary
+// arithmetic, relu_grad, fused_elementwise) writes its result in place over such an
+// input of the same shape and dtype that nothing reads after it. `reshape` outputs are
+// views of their input. Graph outputs and assigned values get buffers of their own
+// (they outlive the run), except an assigned value that an op may write over the very
+// variable it replaces (an optimizer update: param' over param, m' over m) when every
+// other read of that variable runs before it and the graph neither returns it nor
+// assigns it elsewhere: a run whose variable buffer is exclusive
+// (Variable::value_is_exclusive: nobody kept its value) updates it in place, as
+// TensorFlow's ApplyAdam does; otherwise that run writes a new buffer, so a kept value
+// never changes. A run then allocates nothing per op: the arena is reused from run to
+// run, and a train step's variables keep their addresses. Random ops draw fresh numbers for every run
 // (OpDef::redraw, on a per-run copy of their attrs); random nodes that had the same
 // op and attrs in the trace (a dropout and the dropout of its gradient) share one draw.
 //
