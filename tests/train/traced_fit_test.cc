@@ -80,6 +80,32 @@ TEST(TracedFit, EqualsEagerFit) {
   }
 }
 
+// Eager and traced steps update the weights and the optimizer's slots in place: their
+// buffers stay where they are from the third step on (the first builds the slots, the
+// second is the trace); the moving statistics of batch norm are not optimizer updates
+// and get new buffers.
+TEST(TracedFit, StepsUpdateVariablesInPlace) {
+  Data d = data(64);
+  for (bool eager : {true, false}) {
+    SCOPED_TRACE(eager ? "eager" : "traced");
+    ModelPtr m = model(eager, optimizers::Adam({0.01}));
+    auto where = [&] {
+      std::vector<const void*> at;
+      for (const Variable& v : m->trainable_weights()) at.push_back(v.peek().raw_data());
+      for (const Variable& v : m->optimizer()->variables())
+        if (v.dtype() != DType::kI64) at.push_back(v.peek().raw_data());
+      return at;
+    };
+    m->train_step({d.x}, {d.y});
+    m->train_step({d.x}, {d.y});
+    const std::vector<const void*> before = where();
+    const Tensor first = m->trainable_weights()[0].peek().clone();
+    for (int s = 0; s < 3; ++s) m->train_step({d.x}, {d.y});
+    EXPECT_EQ(where(), before);
+    EXPECT_FALSE(array_equal(m->trainable_weights()[0].peek(), first));  // and they did change
+  }
+}
+
 // A learning rate changed between steps (schedules, LearningRateScheduler) reaches
 // the traced graph: it is an argument of the traced function, not a traced constant.
 TEST(TracedFit, LearningRateChangesReachTheTrace) {
