@@ -194,9 +194,10 @@ void check_given_outputs(const OpDef& op, std::span<const Tensor> inputs, std::s
           o.defined() ? detail::str_cat(dtype_name(o.dtype()), o.shape().str(), " on ", o.device().str())
                       : std::string("an undefined tensor")));
     for (size_t j = 0; j < inputs.size(); ++j)
-      if (overlap(o, inputs[j]) && !(o.is_same(inputs[j]) && op.may_overwrite(static_cast<int>(k), static_cast<int>(j))))
-        throw InvalidArgumentError(
-            detail::str_cat("op '", op.name, "': output ", k, " shares memory with input ", j, ", which it may not overwrite"));
+      if (overlap(o, inputs[j]) &&
+          !(o.is_same(inputs[j]) && op.may_overwrite(static_cast<int>(k), static_cast<int>(j))))
+        throw InvalidArgumentError(detail::str_cat("op '", op.name, "': output ", k, " shares memory with input ", j,
+                                                   ", which it may not overwrite"));
     for (size_t q = 0; q < k; ++q)
       if (overlap(o, given[q]))
         throw InvalidArgumentError(detail::str_cat("op '", op.name, "': outputs ", q, " and ", k, " share memory"));

@@ -264,7 +264,9 @@ Device Executor::run_device(const std::vector<Tensor>& inputs) const {
 // another variable. Each run still checks that the buffer is exclusive (nothing outside
 // the variable holds it: Variable::value_is_exclusive) and pins a new buffer if not.
 void Executor::plan_variable_updates(Plan& p, const std::vector<size_t>& stage_of) const {
-  auto buf = [&](ValueRef v) -> Plan::Buf& { return p.bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)]; };
+  auto buf = [&](ValueRef v) -> Plan::Buf& {
+    return p.bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)];
+  };
   auto root = [&](ValueRef v) {
     while (buf(v).where == Plan::Where::kView) v = graph_.nodes[static_cast<size_t>(v.node)].inputs[0];
     return v;
@@ -512,7 +514,8 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
     for (size_t k = 0; k < out.size(); ++k) {
       const Plan::Buf& b = p.bufs[i][k];
       if (b.where == Plan::Where::kView) out[k] = in[0].reshape(b.meta.shape);
-      else if (b.where == Plan::Where::kOverwrite && rs.exclusive[b.update]) out[k] = in[static_cast<size_t>(b.overwrite)];
+      else if (b.where == Plan::Where::kOverwrite && rs.exclusive[b.update])
+        out[k] = in[static_cast<size_t>(b.overwrite)];
       else if (b.where == Plan::Where::kPinned || b.where == Plan::Where::kOverwrite)
         out[k] = Tensor::empty(b.meta.shape, b.meta.dtype, p.device);
       else out[k] = Tensor(rs.arena, b.offset, b.meta.shape, b.meta.dtype);

@@ -98,12 +98,16 @@ KILN_REGISTER_OP(elementwise_in_place(unary("cos", "cosine")));
 KILN_REGISTER_OP(elementwise_in_place(unary("tanh", "hyperbolic tangent")));
 KILN_REGISTER_OP(elementwise_in_place(unary("sigmoid", "1 / (1 + e^-x)")));
 KILN_REGISTER_OP(elementwise_in_place(unary("relu", "max(x, 0)")));
-KILN_REGISTER_OP(elementwise_in_place(detail::make_def("relu_grad", "the ReLU's backward: g where y > 0, else 0 (one pass)",
-                                                      2, infer_relu_grad, {}, Differentiable::kYes)));
+KILN_REGISTER_OP(elementwise_in_place(detail::make_def("relu_grad",
+                                                       "the ReLU's backward: g where y > 0, else 0 (one pass)", 2,
+                                                       infer_relu_grad, {}, Differentiable::kYes)));
 KILN_REGISTER_OP(elementwise_in_place(unary("relu6", "min(max(x, 0), 6)")));
-KILN_REGISTER_OP(elementwise_in_place(unary("leaky_relu", "x > 0 ? x : alpha * x", Differentiable::kYes, {{"alpha", AttrType::kFloat, "slope for x < 0"}})));
-KILN_REGISTER_OP(elementwise_in_place(unary("elu", "x > 0 ? x : alpha * (e^x - 1)", Differentiable::kYes, {{"alpha", AttrType::kFloat, "scale for x < 0"}})));
-KILN_REGISTER_OP(elementwise_in_place(unary("gelu", "x * Phi(x)", Differentiable::kYes, {{"approximate", AttrType::kBool, "tanh approximation"}})));
+KILN_REGISTER_OP(elementwise_in_place(unary("leaky_relu", "x > 0 ? x : alpha * x", Differentiable::kYes,
+                                            {{"alpha", AttrType::kFloat, "slope for x < 0"}})));
+KILN_REGISTER_OP(elementwise_in_place(unary("elu", "x > 0 ? x : alpha * (e^x - 1)", Differentiable::kYes,
+                                            {{"alpha", AttrType::kFloat, "scale for x < 0"}})));
+KILN_REGISTER_OP(elementwise_in_place(unary("gelu", "x * Phi(x)", Differentiable::kYes,
+                                            {{"approximate", AttrType::kBool, "tanh approximation"}})));
 KILN_REGISTER_OP(elementwise_in_place(unary("silu", "x * sigmoid(x)")));
 KILN_REGISTER_OP(elementwise_in_place(unary("softplus", "log(1 + e^x)")));
 KILN_REGISTER_OP(elementwise_in_place(unary("erf", "error function")));

@@ -101,8 +101,8 @@ std::vector<TensorMeta> infer_fused_elementwise(std::span<const TensorMeta> in, 
 }
 
 KILN_REGISTER_OP([] {
-  OpDef d = detail::make_def("fused_elementwise", "a chain of f32 elementwise ops in one loop, made by graph fusion", -1,
-                             infer_fused_elementwise,
+  OpDef d = detail::make_def("fused_elementwise", "a chain of f32 elementwise ops in one loop, made by graph fusion",
+                             -1, infer_fused_elementwise,
                              {{"ops", AttrType::kString, "op names, comma-separated, one per instruction"},
                               {"args", AttrType::kInts, "two input registers per instruction (-1: none)"}},
                              Differentiable::kNo);

@@ -73,36 +73,41 @@ OpDef updates_in_place(OpDef d) {
   return d;
 }
 
-KILN_REGISTER_OP(updates_in_place(detail::make_def("sgd_update",
-                                  "SGD step (Keras): (param, grad[, momentum]) -> (param'[, momentum']); the momentum "
-                                  "slot is present iff momentum != 0",
-                                  -1, infer_sgd,
-                                  {kLr,
-                                   {"momentum", AttrType::kFloat, "momentum coefficient (0: plain SGD)"},
-                                   {"nesterov", AttrType::kBool, "Nesterov momentum"},
-                                   kWd, kHyper},
-                                  Differentiable::kNo)));
-KILN_REGISTER_OP(updates_in_place(detail::make_def("adam_update", "Adam step (Keras): (param, grad, m, v[, hyper]) -> (param', m', v')", -1,
-                                  infer_adam,
-                                  {kLr,
-                                   {"beta_1", AttrType::kFloat, "first-moment decay"},
-                                   {"beta_2", AttrType::kFloat, "second-moment decay"},
-                                   {"epsilon", AttrType::kFloat, "added to sqrt(v)"},
-                                   {"step", AttrType::kInt, "1-based step for the bias correction"},
-                                   kWd, kHyper},
-                                  Differentiable::kNo)));
-KILN_REGISTER_OP(updates_in_place(detail::make_def("rmsprop_update",
-                                  "RMSprop step (Keras): (param, grad, velocity[, momentum][, average_grad]) -> "
-                                  "(param', velocity'[, momentum'][, average_grad']); momentum slot iff momentum > 0, "
-                                  "average_grad iff centered",
-                                  -1, infer_rmsprop,
-                                  {kLr,
-                                   {"rho", AttrType::kFloat, "velocity decay"},
-                                   {"momentum", AttrType::kFloat, "momentum coefficient (0: none)"},
-                                   {"epsilon", AttrType::kFloat, "added to the variance estimate"},
-                                   {"centered", AttrType::kBool, "normalise by the centered variance"},
-                                   kWd, kHyper},
-                                  Differentiable::kNo)));
+KILN_REGISTER_OP(updates_in_place(
+    detail::make_def("sgd_update",
+                     "SGD step (Keras): (param, grad[, momentum]) -> (param'[, momentum']); the momentum "
+                     "slot is present iff momentum != 0",
+                     -1, infer_sgd,
+                     {kLr,
+                      {"momentum", AttrType::kFloat, "momentum coefficient (0: plain SGD)"},
+                      {"nesterov", AttrType::kBool, "Nesterov momentum"},
+                      kWd,
+                      kHyper},
+                     Differentiable::kNo)));
+KILN_REGISTER_OP(updates_in_place(detail::make_def(
+    "adam_update", "Adam step (Keras): (param, grad, m, v[, hyper]) -> (param', m', v')", -1, infer_adam,
+    {kLr,
+     {"beta_1", AttrType::kFloat, "first-moment decay"},
+     {"beta_2", AttrType::kFloat, "second-moment decay"},
+     {"epsilon", AttrType::kFloat, "added to sqrt(v)"},
+     {"step", AttrType::kInt, "1-based step for the bias correction"},
+     kWd,
+     kHyper},
+    Differentiable::kNo)));
+KILN_REGISTER_OP(updates_in_place(
+    detail::make_def("rmsprop_update",
+                     "RMSprop step (Keras): (param, grad, velocity[, momentum][, average_grad]) -> "
+                     "(param', velocity'[, momentum'][, average_grad']); momentum slot iff momentum > 0, "
+                     "average_grad iff centered",
+                     -1, infer_rmsprop,
+                     {kLr,
+                      {"rho", AttrType::kFloat, "velocity decay"},
+                      {"momentum", AttrType::kFloat, "momentum coefficient (0: none)"},
+                      {"epsilon", AttrType::kFloat, "added to the variance estimate"},
+                      {"centered", AttrType::kBool, "normalise by the centered variance"},
+                      kWd,
+                      kHyper},
+                     Differentiable::kNo)));
 
 void require(const char* op, const char* name, const Tensor& t) {
   if (!t.defined()) throw InvalidArgumentError(str_cat(op, ": ", name, " is undefined"));
@@ -159,8 +164,8 @@ AdamUpdate adam_update(const Tensor& param, const Tensor& grad, const Tensor& m,
 
 RmspropUpdate rmsprop_update(const Tensor& param, const Tensor& grad, const Tensor& velocity,
                              const Tensor& momentum_buf, const Tensor& average_grad, double lr, double rho,
-                             double momentum, double epsilon, bool centered, double weight_decay,
-                             const Tensor& hyper, bool in_place) {
+                             double momentum, double epsilon, bool centered, double weight_decay, const Tensor& hyper,
+                             bool in_place) {
   require("rmsprop_update", "param", param);
   require("rmsprop_update", "grad", grad);
   require("rmsprop_update", "velocity", velocity);

@@ -248,10 +248,10 @@ class RMSpropOptimizer final : public Optimizer {
     const bool mom = momentum_ > 0;
     Variable* mom_slot = mom ? &slots[1] : nullptr;
     Variable* avg_slot = centered_ ? &slots[mom ? 2 : 1] : nullptr;
-    ops::RmspropUpdate r = ops::rmsprop_update(
-        var.peek(), grad, slots[0].peek(), mom_slot ? mom_slot->peek() : Tensor(),
-        avg_slot ? avg_slot->peek() : Tensor(), lr, rho_, momentum_, epsilon_, centered_, opts_.weight_decay,
-        hyper_, can_update_in_place(var, slots));
+    ops::RmspropUpdate r =
+        ops::rmsprop_update(var.peek(), grad, slots[0].peek(), mom_slot ? mom_slot->peek() : Tensor(),
+                            avg_slot ? avg_slot->peek() : Tensor(), lr, rho_, momentum_, epsilon_, centered_,
+                            opts_.weight_decay, hyper_, can_update_in_place(var, slots));
     var.assign(r.param);
     slots[0].assign(r.velocity);
     if (mom_slot) mom_slot->assign(r.momentum);

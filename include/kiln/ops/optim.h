@@ -38,8 +38,8 @@ struct SgdUpdate {
   Tensor momentum;
 };
 SgdUpdate sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, double lr,
-                     double momentum = 0, bool nesterov = false, double weight_decay = 0,
-                     const Tensor& hyper = {}, bool in_place = false);
+                     double momentum = 0, bool nesterov = false, double weight_decay = 0, const Tensor& hyper = {},
+                     bool in_place = false);
 
 // Adam (keras.optimizers.Adam / AdamW), step t >= 1 (1-based):
 //   alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)

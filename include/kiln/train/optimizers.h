@@ -79,10 +79,9 @@ class Optimizer {
   virtual void update(const Variable& var, const Tensor& grad, std::vector<Variable>& slots, double lr,
                       int64_t step) = 0;
   // Whether an eager update may write over the values of var and its slots (the update
-  // ops' in_place): each buffer is held by its variable alone (no tensor a caller
-  // kept, no tape) and owned by an allocator (not a mapped package). Otherwise the
-  // update makes new tensors, so what others hold keeps the old values (TensorFlow's
-  // copy-on-write for variables). False in a traced step: the graph executor decides.
+  // ops' in_place): Variable::value_is_exclusive() for each. Otherwise the update makes
+  // new tensors and what others hold keeps the old values (TensorFlow's copy-on-write
+  // for variables). False in a traced step: the graph executor decides.
   bool can_update_in_place(const Variable& var, const std::vector<Variable>& slots) const;
   OptimizerOptions opts_;
   Tensor hyper_;
