@@ -14,20 +14,17 @@
 #include "kiln/core/kernel_cache.h"
 #include "kiln/core/parallel.h"
 #include "kiln/graph/profiler.h"
+#include "meta_key.h"
 
 namespace kiln::graph {
 namespace {
 
-// The plan cache's key: the device, then each input's dtype, rank and dims as raw bytes
-// (looked up on every run: no formatting).
+// The plan cache's key: the device, then each input's dtype and shape.
 std::string key_of(const std::vector<TensorMeta>& in, Device device) {
   std::string k;
-  auto put = [&k](int64_t v) { k.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  put(static_cast<int64_t>(device.type)), put(device.index);
-  for (const TensorMeta& m : in) {
-    put(static_cast<int64_t>(m.dtype)), put(m.shape.rank());
-    for (int64_t d : m.shape.dims()) put(d);
-  }
+  detail::append_key(k, static_cast<int64_t>(device.type));
+  detail::append_key(k, device.index);
+  for (const TensorMeta& m : in) detail::append_key(k, m.dtype, m.shape);
   return k;
 }
 

@@ -1,6 +1,7 @@
 #include "kiln/graph/function.h"
 
 #include "kiln/core/error.h"
+#include "meta_key.h"
 
 namespace kiln {
 
@@ -19,15 +20,10 @@ struct Function::State {
 };
 
 namespace {
-// The concrete-function cache's key: each argument's dtype, rank and dims as raw bytes
-// (built on every call: no formatting).
+// The concrete-function cache's key: each argument's dtype and shape.
 std::string signature_key(const std::vector<Tensor>& args) {
   std::string k;
-  auto put = [&k](int64_t v) { k.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  for (const Tensor& t : args) {
-    put(static_cast<int64_t>(t.dtype())), put(t.rank());
-    for (int64_t d : t.shape().dims()) put(d);
-  }
+  for (const Tensor& t : args) graph::detail::append_key(k, t.dtype(), t.shape());
   return k;
 }
 

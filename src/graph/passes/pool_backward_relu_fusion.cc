@@ -1,7 +1,7 @@
 // Fusion: relu_grad(max_pool2d_backward(x, dy), x) -> max_pool2d_backward(x, dy) with
 // attr relu (one pass over dx instead of two). The pattern is a training graph's
 // backward through relu -> max_pool2d: x is the ReLU's output, which both gradients
-// read. The max_pool2d_backward must have no other reader; it is left for dead-code
+// read. The max_pool2d_backward must have no other live reader; it is left for dead-code
 // elimination. Level 2, before elementwise fusion (which would absorb the relu_grad).
 #include <map>
 
@@ -12,7 +12,7 @@ namespace kiln::graph {
 
 void fuse_pool_backward_relu(Graph& g) {
   using pass_util::is_op;
-  std::map<ValueRef, int> uses = count_uses(g);
+  std::map<ValueRef, int> uses = count_live_uses(g);  // a dead reader does not block it
   for (Node& r : g.nodes) {
     if (!is_op(r, "relu_grad") || r.inputs.size() != 2) continue;
     const ValueRef pv = r.inputs[0];
