@@ -149,10 +149,16 @@ std::vector<TensorMeta> infer_fused_conv2d(std::span<const TensorMeta> in, const
     throw InvalidArgumentError(kiln::detail::str_cat("fused_conv2d: max_pool 2 needs a convolution output of at least 2x2, got ",
                                        y.str()));
   out[0].shape = Shape{y[0], y[1] / 2, y[2] / 2, y[3]};
-  if (attrs.get_bool("conv_output", false)) {
-    if (y[1] % 2 != 0 || y[2] % 2 != 0)  // (the pool would leave its last row or column unread, and unwritten)
-      throw InvalidArgumentError("fused_conv2d: conv_output needs an even convolution output, got " + y.str());
-    out.push_back({y, out[0].dtype});
+  const bool conv_output = attrs.get_bool("conv_output", false), mask = attrs.get_bool("pool_mask", false);
+  if (conv_output && mask) throw InvalidArgumentError("fused_conv2d: conv_output and pool_mask exclude each other");
+  if ((conv_output || mask) && (y[1] % 2 != 0 || y[2] % 2 != 0))  // (the pool would leave a row or column unread)
+    throw InvalidArgumentError(std::string("fused_conv2d: ") + (mask ? "pool_mask" : "conv_output") +
+                               " needs an even convolution output, got " + y.str());
+  if (conv_output) out.push_back({y, out[0].dtype});
+  if (mask) {
+    if (out[0].dtype != DType::kF32)
+      throw InvalidArgumentError("fused_conv2d: pool_mask is for f32, got " + detail::dtype_str(out[0].dtype));
+    out.push_back({out[0].shape, DType::kU8});
   }
   return out;
 }
@@ -163,6 +169,9 @@ KILN_REGISTER_OP([] {
                    "0, or 2: a 2x2 max pool with stride 2 and no padding on the activation's output (NHWC)"});
   attrs.push_back({"conv_output", AttrType::kBool,
                    "with max_pool 2: a second output, the activation's output before pooling, default false"});
+  attrs.push_back({"pool_mask", AttrType::kBool,
+                   "with max_pool 2 (f32): a second output, u8 of the pooled shape: the window's winning cell 0-3, "
+                   "or 4 where the gradient stops (relu: the maximum is not > 0); default false"});
   return detail::make_def("fused_conv2d", "max_pool?(activation(conv2d(x, w, bias?))), made by graph fusion", -1,
                           infer_fused_conv2d, attrs, Differentiable::kNo);
 }());
@@ -171,22 +180,30 @@ KILN_REGISTER_OP([] {
 // y <= 0 with attr relu (y the ReLU'd convolution output the pool read); attr bias_grad
 // adds a second output, dy summed per channel. Made by pool_backward_filter_fusion for a
 // convolution whose input needs no gradient (a network's first layer): dy is then read
-// by the filter gradient only and need not be written whole.
+// by the filter gradient only and need not be written whole. Attr pool_mask: input 1 is
+// fused_conv2d's pool mask instead of y (conv_pool_fusion; relu is then in the mask).
 std::vector<TensorMeta> infer_fused_conv2d_backward_filter(std::span<const TensorMeta> in, const Attrs& a) {
   const char* op = "fused_conv2d_backward_filter";
-  require_conv_dtypes(op, in[0], in[1]);
+  if (!a.get_bool("pool_mask", false)) require_conv_dtypes(op, in[0], in[1]);
   require_conv_dtypes(op, in[0], in[2]);
   if (a.get_string("data_format", "NHWC") != "NHWC")
     throw InvalidArgumentError(std::string(op) + ": needs data_format NHWC");
   const Conv2dGeometry g = conv2d_geometry(op, in[0].shape, shape_attr(op, a, "filter_shape"), a);
   const Shape conv = g.output_shape();
-  if (in[1].shape != conv)
-    throw InvalidArgumentError(std::string(op) + ": y must have conv2d's output shape " + conv.str() + ", got " +
-                               in[1].shape.str());
   if (conv[1] < 2 || conv[2] < 2)
     throw InvalidArgumentError(std::string(op) + ": a 2x2 max pool needs a convolution output of at least 2x2, got " +
                                conv.str());
   const Shape pooled{conv[0], conv[1] / 2, conv[2] / 2, conv[3]};
+  if (a.get_bool("pool_mask", false)) {
+    if (in[1].dtype != DType::kU8 || in[1].shape != pooled || conv[1] % 2 != 0 || conv[2] % 2 != 0 ||
+        a.get_bool("relu", false))
+      throw InvalidArgumentError(std::string(op) + ": with pool_mask, input 1 is the pool's u8 mask " + pooled.str() +
+                                 " of an even convolution output (relu folded in), got " +
+                                 detail::dtype_str(in[1].dtype) + in[1].shape.str() + " for " + conv.str());
+  } else if (in[1].shape != conv) {
+    throw InvalidArgumentError(std::string(op) + ": y must have conv2d's output shape " + conv.str() + ", got " +
+                               in[1].shape.str());
+  }
   if (in[2].shape != pooled)
     throw InvalidArgumentError(std::string(op) + ": dp must have the pool's output shape " + pooled.str() + ", got " +
                                in[2].shape.str());
@@ -201,7 +218,9 @@ KILN_REGISTER_OP(detail::make_def(
     3, infer_fused_conv2d_backward_filter,
     with(kConvAttrs, {{"filter_shape", AttrType::kInts, "shape of conv2d's filter"},
                       {"relu", AttrType::kBool, "dy is also zero where y <= 0 (y a ReLU output), default false"},
-                      {"bias_grad", AttrType::kBool, "second output: dy summed per channel, default false"}}),
+                      {"bias_grad", AttrType::kBool, "second output: dy summed per channel, default false"},
+                      {"pool_mask", AttrType::kBool,
+                       "input 1 is fused_conv2d's pool mask (u8, pooled shape) instead of y, default false"}}),
     Differentiable::kNo));
 KILN_REGISTER_OP(detail::make_def("conv2d_backward_data", "gradient of conv2d w.r.t. its input (transposed convolution)", 2,
                      infer_conv2d_backward_data,

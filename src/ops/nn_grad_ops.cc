@@ -62,6 +62,35 @@ std::vector<AttrSpec> max_pool_backward_attrs() {
 KILN_REGISTER_OP(detail::make_def("max_pool2d_backward",
                                   "gradient of max_pool2d w.r.t. its input (x, dy); ties go to the first maximum", 2,
                                   infer_max_pool2d_backward, max_pool_backward_attrs(), Differentiable::kNo));
+// max_pool2d_backward_mask(mask, dy): the gradient of a 2x2, stride-2, unpadded NHWC
+// max pool from fused_conv2d's pool mask (attr pool_mask; u8, the pool's output shape)
+// instead of the pool's input: dx [N, 2 PH, 2 PW, C] holds dy at each window's winning
+// cell, zeros elsewhere and in windows marked 4. Attr bias_grad as max_pool2d_backward.
+// Made by conv_pool_fusion for a train step, which then never writes the convolution's
+// output.
+std::vector<TensorMeta> infer_max_pool2d_backward_mask(std::span<const TensorMeta> in, const Attrs& a) {
+  const char* op = "max_pool2d_backward_mask";
+  if (in[0].dtype != DType::kU8 || in[0].shape.rank() != 4)
+    throw InvalidArgumentError(std::string(op) + ": the mask must be u8 [N, H, W, C], got " +
+                               detail::dtype_str(in[0].dtype) + in[0].shape.str());
+  if (in[1].dtype != DType::kF32 || in[1].shape != in[0].shape)
+    throw InvalidArgumentError(std::string(op) + ": dy must be f32 of the mask's shape " + in[0].shape.str() +
+                               ", got " + detail::dtype_str(in[1].dtype) + in[1].shape.str());
+  const Shape& m = in[0].shape;
+  std::vector<TensorMeta> out{{Shape{m[0], 2 * m[1], 2 * m[2], m[3]}, DType::kF32}};
+  if (a.get_bool("bias_grad", false)) out.push_back({Shape{m[3]}, DType::kF32});
+  return out;
+}
+
+KILN_REGISTER_OP([] {
+  OpDef d = detail::make_def("max_pool2d_backward_mask",
+                             "gradient of a 2x2/2 NHWC max pool from fused_conv2d's pool mask (mask, dy)", 2,
+                             infer_max_pool2d_backward_mask,
+                             {{"bias_grad", AttrType::kBool, "second output: dx summed per channel, default false"}},
+                             Differentiable::kNo);
+  d.dispatch_input = 1;
+  return d;
+}());
 KILN_REGISTER_OP(detail::make_def("avg_pool2d_backward", "gradient of avg_pool2d w.r.t. its input (the adjoint)", 1,
                                   infer_avg_pool2d_backward, with_input_shape()));
 

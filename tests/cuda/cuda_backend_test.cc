@@ -232,6 +232,39 @@ TEST(CudaDevice, FusedConvBackwardFilterMatchesTheCpu) {
   EXPECT_CLOSE(got[1].to(Device::cpu()), want[1], 1e-5, 1e-5);
 }
 
+// The pool mask (fused_conv2d pool_mask) and the gradients that read it, against the
+// CPU kernels, on ties (quarter-step values) and the ReLU's zeros.
+TEST(CudaDevice, PoolMaskAndItsGradientsMatchTheCpu) {
+  REQUIRE_GPU();
+  auto quarters = [](const Shape& s, uint64_t seed) {
+    return ops::div(ops::floor(ops::mul(ops::random_uniform(s, -1, 1, DType::kF32, seed), ops::full({}, 4))),
+                    ops::full({}, 4));
+  };
+  const Tensor x = quarters({4, 12, 12, 1}, 16), w = quarters({3, 3, 1, 32}, 17), b = quarters({32}, 18);
+  const Tensor dp = ops::random_uniform({4, 6, 6, 32}, -1, 1, DType::kF32, 19);
+  Attrs conv{{"padding", std::string("same")}, {"activation", std::string("relu")}, {"max_pool", int64_t{2}},
+             {"pool_mask", true}};
+  const OpDef& fwd = OpRegistry::global().get("fused_conv2d");
+  const std::vector<Tensor> want = call_op(fwd, std::vector<Tensor>{x, w, b}, conv);
+  const std::vector<Tensor> got = call_op(fwd, std::vector<Tensor>{x.to(kGpu), w.to(kGpu), b.to(kGpu)}, conv);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_CLOSE(got[0].to(Device::cpu()), want[0], 1e-5, 1e-5);
+  EXPECT_TRUE(array_equal(got[1].to(Device::cpu()), want[1]));
+  const OpDef& back = OpRegistry::global().get("max_pool2d_backward_mask");
+  const std::vector<Tensor> dx = call_op(back, std::vector<Tensor>{want[1], dp}, Attrs{{"bias_grad", true}});
+  const std::vector<Tensor> dx_gpu =
+      call_op(back, std::vector<Tensor>{want[1].to(kGpu), dp.to(kGpu)}, Attrs{{"bias_grad", true}});
+  EXPECT_TRUE(array_equal(dx_gpu[0].to(Device::cpu()), dx[0]));
+  EXPECT_CLOSE(dx_gpu[1].to(Device::cpu()), dx[1], 1e-5, 1e-5);
+  const OpDef& filter = OpRegistry::global().get("fused_conv2d_backward_filter");
+  Attrs fa{{"filter_shape", std::vector<int64_t>{3, 3, 1, 32}}, {"padding", std::string("same")},
+           {"bias_grad", true}, {"pool_mask", true}};
+  const std::vector<Tensor> dw = call_op(filter, std::vector<Tensor>{x, want[1], dp}, fa);
+  const std::vector<Tensor> dw_gpu = call_op(filter, std::vector<Tensor>{x.to(kGpu), want[1].to(kGpu), dp.to(kGpu)}, fa);
+  EXPECT_CLOSE(dw_gpu[0].to(Device::cpu()), dw[0], 1e-4, 1e-4);
+  EXPECT_CLOSE(dw_gpu[1].to(Device::cpu()), dw[1], 1e-5, 1e-5);
+}
+
 TEST(CudaDevice, ReportsReadings) {
   REQUIRE_GPU();
   auto r = find_backend(DeviceType::kCUDA)->readings(0);

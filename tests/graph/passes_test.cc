@@ -231,6 +231,71 @@ TEST(PassesTest, FusesConvMaxPool) {
   }
 }
 
+// A train step's two conv -> relu -> max pool layers: the pools' gradients take the
+// pool mask (attr pool_mask), the convolutions' outputs are never written; the first
+// layer's filter gradient reads the mask (fused_conv2d_backward_filter pool_mask), the
+// second's pool gradient too (max_pool2d_backward_mask); gradients equal the unfused
+// graph's on ties (integer-valued inputs). Without the ReLU, the same; with an extra
+// reader of a convolution's output, conv_output instead; odd sizes, neither.
+TEST(PassesTest, TrainStepPoolsKeepMasksNotConvolutionOutputs) {
+  struct Case {
+    Shape x;
+    bool relu, extra_reader;
+    int masks, conv_outputs;
+  };
+  for (const Case& c : {Case{{2, 12, 12, 1}, true, false, 2, 0}, Case{{3, 8, 12, 1}, false, false, 2, 0},
+                        Case{{2, 12, 12, 1}, true, true, 1, 1}, Case{{2, 14, 14, 1}, true, false, 1, 0}}) {
+    SCOPED_TRACE(c.x.str() + (c.relu ? " relu" : "") + (c.extra_reader ? " extra reader" : ""));
+    ops::Conv2dOptions same;
+    same.padding = "same";
+    const Tensor w1 = ops::round(rand_tensor({3, 3, 1, 16}, DType::kF32, -1.4, 1.4, 61));
+    const Tensor w2 = ops::round(rand_tensor({3, 3, 16, 32}, DType::kF32, -1.4, 1.4, 62));
+    const Tensor b1 = ops::round(rand_tensor({16}, DType::kF32, -1.4, 1.4, 63));
+    const Tensor b2 = ops::round(rand_tensor({32}, DType::kF32, -1.4, 1.4, 64));
+    auto act = [&](const Tensor& t) { return c.relu ? ops::relu(t) : t; };
+    Graph g = traced(
+        [&](const std::vector<Tensor>& a) {
+          GradientTape tape;
+          for (const Tensor& t : {a[1], a[2], a[3], a[4]}) tape.watch(t);
+          Tensor c1 = act(ops::conv2d(a[0], a[1], same, a[3]));
+          Tensor h = ops::max_pool2d(c1, {2, 2}, {2, 2}, "valid");
+          Tensor c2 = act(ops::conv2d(h, a[2], same, a[4]));
+          Tensor p = ops::max_pool2d(c2, {2, 2}, {2, 2}, "valid");
+          Tensor loss = ops::sum(ops::mul(ops::square(p), a[5]));  // its gradient reads p: the pool stays
+          if (c.extra_reader) loss = ops::add(loss, ops::sum(ops::exp(ops::neg(ops::abs(c2)))));
+          return tape.gradient(loss, {a[1], a[2], a[3], a[4]});
+        },
+        {ops::ones(c.x), w1, w2, b1, b2, ops::ones({c.x[0], c.x[1] / 4, c.x[2] / 4, 32})});
+    const Tensor x = ops::round(rand_tensor(c.x, DType::kF32, -1.4, 1.4, 65));
+    const Tensor dp = rand_tensor({c.x[0], c.x[1] / 4, c.x[2] / 4, 32}, DType::kF32, -1, 1, 66);
+    const std::vector<Tensor> in{x, w1, w2, b1, b2, dp};
+    const std::vector<Tensor> want = run(g, in);
+    optimize(g);
+    int masks = 0, conv_outputs = 0;
+    for (const Node& n : g.nodes) {
+      masks += n.kind == NodeKind::kOp && n.attrs.get_bool("pool_mask", false) && n.op->name == "fused_conv2d";
+      conv_outputs += n.kind == NodeKind::kOp && n.attrs.get_bool("conv_output", false);
+    }
+    EXPECT_EQ(masks, c.masks) << g.str();
+    EXPECT_EQ(conv_outputs, c.conv_outputs) << g.str();
+    if (c.masks == 2) {
+      EXPECT_EQ(g.count_ops("max_pool2d_backward_mask"), 1) << g.str();
+      EXPECT_EQ(g.count_ops("max_pool2d_backward"), 0) << g.str();
+    }
+    const int saved = num_threads();
+    for (const int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      const std::vector<Tensor> got = run(g, in);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        SCOPED_TRACE("gradient " + std::to_string(i) + " threads " + std::to_string(threads));
+        EXPECT_CLOSE(got[i], want[i], 1e-4, 1e-5);
+      }
+    }
+    set_num_threads(saved);
+  }
+}
+
 // The gradient through relu -> max_pool2d: relu_grad(max_pool2d_backward(y, g), y)
 // becomes one max_pool2d_backward with attr relu (NHWC and NCHW, overlapping windows
 // too), equal to the unfused graph; a max_pool2d_backward feeding no relu_grad (the

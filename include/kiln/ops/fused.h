@@ -5,11 +5,20 @@
 //   fused_conv2d(x, w[, bias])      conv2d with a ReLU post-op (attr activation) and,
 //       with attr max_pool = 2 (NHWC), a 2x2 max pool with stride 2 and no padding on
 //       that: output [N, OH/2, OW/2, O], and with attr conv_output (even OH and OW) a
-//       second output, the convolution's [N, OH, OW, O] (nn_conv.cc)
+//       second output, the convolution's [N, OH, OW, O] (nn_conv.cc); or with attr
+//       pool_mask (f32, even OH and OW) a second output u8 [N, OH/2, OW/2, O], what the
+//       pool's gradient needs: each window's winning cell 0-3 (row-major; the first
+//       maximum, or the first NaN), or 4 where the gradient stops (with the ReLU: the
+//       maximum is not > 0)
+//   max_pool2d_backward_mask(mask, dy)  that pool's gradient from the mask: dx
+//       [N, OH, OW, O] holds dy at each winning cell, zeros elsewhere; attr bias_grad
+//       as max_pool2d_backward's (nn_grad_ops.cc)
 //   fused_conv2d_backward_filter(x, y, dp)  conv2d_backward_filter(x, dy) where dy is
 //       max_pool2d_backward(y, dp) for a 2x2 pool with stride 2 (NHWC), zero where
 //       y <= 0 with attr relu; attr bias_grad adds dy summed per channel as a second
-//       output. dy is never written whole (nn_conv.cc; CPU kernel conv_pool_backward_kernels.cc)
+//       output; attr pool_mask: input 1 is the pool's mask instead of y (no relu attr:
+//       it is in the mask). dy is never written whole (nn_conv.cc; CPU kernel
+//       conv_pool_backward_kernels.cc)
 //   fused_elementwise(x0, x1, ...)  a chain or tree of f32 elementwise ops in one loop:
 //       attrs ops = "exp,add,..." (one op per instruction) and args = two register
 //       indices per instruction (-1 for the second of a unary op). Registers are the
@@ -26,7 +35,7 @@
 namespace kiln::ops {
 
 // fused_conv2d_backward_filter as the ops it fuses, on the inputs' device: dy into a
-// temporary by max_pool2d_backward's kernel (with the bias sum), then
+// temporary by max_pool2d_backward's (or _mask's) kernel (with the bias sum), then
 // conv2d_backward_filter's. The CUDA kernel, and the CPU kernel's fallback.
 void fused_conv2d_backward_filter_unfused(OpContext& ctx);
 

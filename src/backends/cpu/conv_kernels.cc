@@ -307,8 +307,18 @@ void conv2d_forward_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu, floa
 void conv2d_pooled_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu) {
   const int64_t OH = g.win.oh, OW = g.win.ow, O = g.o, PH = OH / 2, PW = OW / 2;
   float* y = static_cast<float*>(ctx.out[0].raw_data());
-  // Attr conv_output: the convolution's rows go to the second output (then pooled from cache).
-  float* conv_out = ctx.out.size() > 1 ? static_cast<float*>(ctx.out[1].raw_data()) : nullptr;
+  // Attr conv_output: the convolution's rows go to the second output (then pooled from
+  // cache). Attr pool_mask: the second output is the pool's mask (pool_2x2.h).
+  const bool with_mask = ctx.attrs.get_bool("pool_mask", false);
+  float* conv_out = ctx.out.size() > 1 && !with_mask ? static_cast<float*>(ctx.out[1].raw_data()) : nullptr;
+  uint8_t* mask = with_mask ? static_cast<uint8_t*>(ctx.out[1].raw_data()) : nullptr;
+  // Pools convolution rows r0 and the next into pooled row `row` (image * PH + row in it).
+  auto pool_row = [&](const float* r0, int64_t row) {
+    if (mask)
+      max_pool_2x2_mask_row(r0, r0 + OW * O, PW, O, relu, y + row * PW * O, mask + row * PW * O);
+    else
+      max_pool_2x2_row(r0, r0 + OW * O, PW, O, y + row * PW * O);
+  };
   direct_conv::Problem dp;
   if (!direct_problem(g, dp)) {
     std::vector<float> full;
@@ -316,10 +326,7 @@ void conv2d_pooled_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu) {
     float* c = conv_out ? conv_out : full.data();
     conv2d_forward_f32(ctx, g, relu, c);
     parallel_for(g.n * PH, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r) {
-        const float* r0 = c + (r / PH * OH + 2 * (r % PH)) * OW * O;
-        max_pool_2x2_row(r0, r0 + OW * O, PW, O, y + r * PW * O);
-      }
+      for (int64_t r = lo; r < hi; ++r) pool_row(c + (r / PH * OH + 2 * (r % PH)) * OW * O, r);
     });
     return;
   }
@@ -345,10 +352,7 @@ void conv2d_pooled_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu) {
       band.pb = 2 * (q1 - q0) + dp.kh - 1 - band.h - band.pt;
       float* rows = conv_out ? conv_out + (img * OH + 2 * q0) * OW * O : scratch.data();
       direct_conv::run(band, x + (img * g.h + in0) * g.w * g.c, w, bias, rows, relu);
-      for (int64_t q = q0; q < q1; ++q) {
-        const float* r0 = rows + 2 * (q - q0) * OW * O;
-        max_pool_2x2_row(r0, r0 + OW * O, PW, O, y + ((img * PH) + q) * PW * O);
-      }
+      for (int64_t q = q0; q < q1; ++q) pool_row(rows + 2 * (q - q0) * OW * O, img * PH + q);
     }
   });
 }

@@ -11,7 +11,8 @@
 // Fast path: f32 NHWC, stride 1, no dilation, one group, output channels a multiple
 // of 16, an even convolution output, the direct kernel's filter gradient (not a
 // Winograd one: a layer where Winograd applies keeps its faster gradient, unfused).
-// Everything else runs ops::fused_conv2d_backward_filter_unfused.
+// Everything else runs ops::fused_conv2d_backward_filter_unfused. With attr pool_mask
+// the rows come from the pool's mask instead of y (1 byte per pooled value read, not 16).
 #include <algorithm>
 #include <vector>
 
@@ -48,7 +49,10 @@ void fused_conv2d_backward_filter_f32(OpContext& ctx) {
   direct_conv::Problem p;
   if (!pooled_problem(g, p)) return ops::fused_conv2d_backward_filter_unfused(ctx);
   const float* x = static_cast<const float*>(ctx.in[0].raw_data());
-  const float* y = static_cast<const float*>(ctx.in[1].raw_data());
+  // Input 1: the pool's input y, or with attr pool_mask its mask (relu folded in).
+  const bool with_mask = ctx.attrs.get_bool("pool_mask", false);
+  const float* y = with_mask ? nullptr : static_cast<const float*>(ctx.in[1].raw_data());
+  const uint8_t* mask = with_mask ? static_cast<const uint8_t*>(ctx.in[1].raw_data()) : nullptr;
   const float* dp = static_cast<const float*>(ctx.in[2].raw_data());
   float* dw = static_cast<float*>(ctx.out[0].raw_data());
   float* db = ctx.out.size() > 1 ? static_cast<float*>(ctx.out[1].raw_data()) : nullptr;
@@ -73,10 +77,14 @@ void fused_conv2d_backward_filter_f32(OpContext& ctx) {
       for (int64_t u = units * t / parts, end = units * (t + 1) / parts; u < end;) {
         const int64_t n = u / PH, q0 = u % PH, q1 = std::min({PH, q0 + band, q0 + (end - u)});
         for (int64_t q = q0; q < q1; ++q) {
-          const float* y0 = y + (n * OH + 2 * q) * OW * O;
           float* d0 = dy + (q - q0) * 2 * OW * O;
-          max_pool_backward_2x2_row(y0, y0 + OW * O, dp + (n * PH + q) * PW * O, d0, d0 + OW * O, PW, O, relu,
-                                    db ? sums : nullptr);
+          const float* dq = dp + (n * PH + q) * PW * O;
+          if (mask) {
+            mask_pool_backward_2x2_row(mask + (n * PH + q) * PW * O, dq, d0, d0 + OW * O, PW, O, db ? sums : nullptr);
+          } else {
+            const float* y0 = y + (n * OH + 2 * q) * OW * O;
+            max_pool_backward_2x2_row(y0, y0 + OW * O, dq, d0, d0 + OW * O, PW, O, relu, db ? sums : nullptr);
+          }
           if (db)
             for (int64_t c = 0; c < O; ++c) acc[wsize + c] += sums[c];
         }

@@ -3,7 +3,7 @@
 // shared by max_pool2d's fast path (pool_kernels.cc) and fused_conv2d's pooled store
 // (conv_kernels.cc); backward, shared by max_pool2d_backward's fast path
 // (pool_backward_kernels.cc) and fused_conv2d_backward_filter
-// (conv_pool_backward_kernels.cc).
+// (conv_pool_backward_kernels.cc); and their argmax-mask versions (attr pool_mask).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -29,6 +29,61 @@ inline void max_pool_2x2_row(const T* r0, const T* r1, int64_t PW, int64_t C, T*
       auto pick = [](T m, T e) { return (e > m || e != e) ? e : m; };  // NaN sticks once taken
 #pragma omp simd
       for (int64_t k = 0; k < C; ++k) o[k] = pick(pick(pick(a[k], b[k]), c[k]), d[k]);
+    }
+  }
+}
+
+// Attr pool_mask (a train step's fused_conv2d, kiln/ops/fused.h): what the pool's
+// gradient needs of a window, one byte per output cell and channel: the winning cell
+// 0-3 (row-major in the window; the first maximum, strictly greater, or the first NaN,
+// as max_pool_backward_2x2_row decides), or kPoolMaskNone when the gradient stops there
+// (with relu: the maximum is not > 0, so the ReLU's gradient is zero).
+inline constexpr uint8_t kPoolMaskNone = 4;
+
+// max_pool_2x2_row for f32, also writing the mask row (PW * C bytes).
+inline void max_pool_2x2_mask_row(const float* r0, const float* r1, int64_t PW, int64_t C, bool relu, float* out,
+                                  uint8_t* mask) {
+  for (int64_t ow = 0; ow < PW; ++ow) {
+    const float *a = r0 + 2 * ow * C, *b = a + C, *c = r1 + 2 * ow * C, *d = c + C;
+    float* o = out + ow * C;
+    uint8_t* m = mask + ow * C;
+#pragma omp simd
+    for (int64_t k = 0; k < C; ++k) {
+      // take: a later cell replaces the running maximum (greater, or NaN over a number).
+      float best = a[k];
+      uint8_t win = 0;
+      const float cell[3] = {b[k], c[k], d[k]};
+      for (int q = 0; q < 3; ++q) {
+        const float e = cell[q];
+        if (e > best || (e != e && best == best)) {
+          best = e;
+          win = static_cast<uint8_t>(q + 1);
+        }
+      }
+      o[k] = best;
+      m[k] = relu && !(best > 0) ? kPoolMaskNone : win;
+    }
+  }
+}
+
+// The gradient of one output row of that pool from its mask row (PW * C bytes) and dy
+// row [PW, C]: d0 and d1 the two dx rows written; sums (may be null): dy summed per
+// channel over the cells that received it, C floats, overwritten.
+inline void mask_pool_backward_2x2_row(const uint8_t* mask, const float* dy, float* d0, float* d1, int64_t PW, int64_t C,
+                                       float* sums) {
+  for (int64_t ow = 0; ow < PW; ++ow) {
+    const uint8_t* m = mask + ow * C;
+    const float* g = dy + ow * C;
+    float *a = d0 + 2 * ow * C, *b = a + C, *c = d1 + 2 * ow * C, *d = c + C;
+#pragma omp simd
+    for (int64_t k = 0; k < C; ++k) {
+      const uint8_t w = m[k];
+      const float v = g[k];
+      a[k] = w == 0 ? v : 0.0f;
+      b[k] = w == 1 ? v : 0.0f;
+      c[k] = w == 2 ? v : 0.0f;
+      d[k] = w == 3 ? v : 0.0f;
+      if (sums) sums[k] = (ow == 0 ? 0.0f : sums[k]) + (w < kPoolMaskNone ? v : 0.0f);
     }
   }
 }

@@ -381,6 +381,34 @@ void avg_pool2d_backward_f64(OpContext& ctx) {
 }
 
 const std::initializer_list<DType> k16 = {DType::kF16, DType::kBF16};
+// max_pool2d_backward_mask: pooled rows split over the pool; db (attr bias_grad) from
+// per-row sums added in row order (the same sums for any number of threads).
+void max_pool2d_backward_mask_f32(OpContext& ctx) {
+  const Shape& m = ctx.in[0].shape();
+  const int64_t rows = m[0] * m[1], PW = m[2], C = m[3];
+  const bool bias_grad = ctx.out.size() > 1;
+  float* db = bias_grad ? static_cast<float*>(ctx.out[1].raw_data()) : nullptr;
+  if (bias_grad) std::fill_n(db, C, 0.0f);
+  if (ctx.out[0].numel() == 0) return;
+  const uint8_t* mask = static_cast<const uint8_t*>(ctx.in[0].raw_data());
+  const float* dy = static_cast<const float*>(ctx.in[1].raw_data());
+  float* dx = static_cast<float*>(ctx.out[0].raw_data());
+  thread_local std::vector<float> row_sums;
+  if (bias_grad && row_sums.size() < static_cast<size_t>(rows * C)) row_sums.resize(static_cast<size_t>(rows * C));
+  float* sums = row_sums.data();  // (a pointer: pool threads see their own thread_local)
+  parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(PW * C, 1)), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      float* d0 = dx + 2 * r * 2 * PW * C;
+      mask_pool_backward_2x2_row(mask + r * PW * C, dy + r * PW * C, d0, d0 + 2 * PW * C, PW, C,
+                                 bias_grad ? sums + r * C : nullptr);
+    }
+  });
+  if (bias_grad)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < C; ++c) db[c] += sums[r * C + c];
+}
+
+KILN_REGISTER_KERNEL("max_pool2d_backward_mask", kCPU, DType::kF32, max_pool2d_backward_mask_f32);
 KILN_REGISTER_KERNEL("max_pool2d_backward", kCPU, DType::kF32, max_pool2d_backward<float>);
 KILN_REGISTER_KERNEL("max_pool2d_backward", kCPU, DType::kF64, max_pool2d_backward<double>);
 KILN_REGISTER_KERNEL("max_pool2d_backward", kCPU, k16, via_f32<max_pool2d_backward<float>>);

@@ -321,16 +321,20 @@ void conv_forward(OpContext& ctx, bool relu, Tensor& out) {
 void conv2d(OpContext& ctx) { conv_forward(ctx, false, ctx.out[0]); }
 
 // With max_pool = 2 (NHWC): the convolution into a scratch tensor (or the second
-// output, attr conv_output), then the 2x2 max pool (stride 2, no padding) into the output.
+// output, attr conv_output), then the 2x2 max pool (stride 2, no padding) into the
+// output (and its mask, attr pool_mask).
 void fused_conv2d(OpContext& ctx) {
   const bool relu = ctx.attrs.get_string("activation", "") == "relu";
   if (ctx.attrs.get_int("max_pool", 0) != 2) return conv_forward(ctx, relu, ctx.out[0]);
   Tensor& out = ctx.out[0];
   if (out.numel() == 0) return;
   const Conv2dGeometry g = conv2d_geometry("conv2d", ctx.in[0].shape(), ctx.in[1].shape(), ctx.attrs);
-  // Attr conv_output: the second output holds the convolution's output.
-  Tensor full =
-      ctx.out.size() > 1 ? ctx.out[1] : Tensor::empty(Shape{g.n, g.win.oh, g.win.ow, g.o}, out.dtype(), out.device());
+  // Attr conv_output: the second output holds the convolution's output; attr pool_mask:
+  // the pool's mask (kiln/ops/fused.h).
+  const bool mask = ctx.attrs.get_bool("pool_mask", false);
+  Tensor full = ctx.out.size() > 1 && !mask
+                    ? ctx.out[1]
+                    : Tensor::empty(Shape{g.n, g.win.oh, g.win.ow, g.o}, out.dtype(), out.device());
   conv_forward(ctx, relu, full);
   KernelScope s(out);
   PoolDims d;
@@ -338,6 +342,9 @@ void fused_conv2d(OpContext& ctx) {
   d.oh = g.win.oh / 2, d.ow = g.win.ow / 2;
   d.kh = d.kw = d.sh = d.sw = 2;
   launch_pool2d(full.raw_data(), out.raw_data(), out.dtype(), d, true, s.stream);
+  if (mask)
+    launch_pool_mask_2x2(static_cast<const float*>(full.raw_data()), static_cast<uint8_t*>(ctx.out[1].raw_data()), g.n,
+                         d.oh, d.ow, g.o, relu, s.stream);
 }
 
 void conv2d_backward_data(OpContext& ctx) {

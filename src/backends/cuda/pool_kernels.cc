@@ -1,5 +1,6 @@
 // Pooling on CUDA: max_pool2d, avg_pool2d, global_avg_pool2d, global_max_pool2d and the
-// gradients max_pool2d_backward, avg_pool2d_backward (kernels in pool_kernels.cu).
+// gradients max_pool2d_backward, max_pool2d_backward_mask, avg_pool2d_backward (kernels
+// in pool_kernels.cu).
 //
 // kiln's own kernels rather than cuDNN's: cuDNN pads symmetrically only, and its
 // max-pooling gradient does not promise the CPU's tie-breaking (the first maximal cell
@@ -63,6 +64,19 @@ void max_pool2d_backward(OpContext& ctx) {
                Attrs{{"axes", g.non_channel_axes()}, {"keepdims", false}});
 }
 
+// max_pool2d_backward_mask (f32); bias_grad as above.
+void max_pool2d_backward_mask(OpContext& ctx) {
+  const Shape& m = ctx.in[0].shape();
+  Tensor& dx = ctx.out[0];
+  KernelScope s(dx);
+  launch_mask_pool_backward_2x2(static_cast<const uint8_t*>(ctx.in[0].raw_data()),
+                                static_cast<const float*>(ctx.in[1].raw_data()), static_cast<float*>(dx.raw_data()),
+                                m[0], m[1], m[2], m[3], s.stream);
+  if (ctx.out.size() > 1)
+    run_kernel("sum", DeviceType::kCUDA, ctx.out.first(1), ctx.out.subspan(1, 1),
+               Attrs{{"axes", std::vector<int64_t>{0, 1, 2}}, {"keepdims", false}});
+}
+
 void avg_pool2d_backward(OpContext& ctx) {
   const Pool2dGeometry g = pool2d_geometry("avg_pool2d_backward", Shape(ctx.attrs.get_ints("input_shape")), ctx.attrs);
   Tensor& dx = ctx.out[0];
@@ -90,6 +104,7 @@ KILN_REGISTER_KERNEL("max_pool2d", kCUDA, KILN_CUDA_FLOAT_DTYPES, pool2d<true>);
 KILN_REGISTER_KERNEL("avg_pool2d", kCUDA, KILN_CUDA_FLOAT_DTYPES, pool2d<false>);
 KILN_REGISTER_KERNEL("max_pool2d_backward", kCUDA, KILN_CUDA_FLOAT_DTYPES, max_pool2d_backward);
 KILN_REGISTER_KERNEL("avg_pool2d_backward", kCUDA, KILN_CUDA_FLOAT_DTYPES, avg_pool2d_backward);
+KILN_REGISTER_KERNEL("max_pool2d_backward_mask", kCUDA, DType::kF32, max_pool2d_backward_mask);
 KILN_REGISTER_KERNEL("global_avg_pool2d", kCUDA, KILN_CUDA_FLOAT_DTYPES, global_pool2d<false>);
 KILN_REGISTER_KERNEL("global_max_pool2d", kCUDA, KILN_CUDA_FLOAT_DTYPES, global_pool2d<true>);
 

@@ -208,6 +208,35 @@ __global__ void global_cols_kernel(const T* __restrict__ x, T* __restrict__ y, i
   }
 }
 
+// ---- the 2x2 pool's mask (fused_conv2d pool_mask) and its gradient ---------------------
+
+__global__ void pool_mask_kernel(const float* __restrict__ x, uint8_t* __restrict__ mask, int64_t total, int64_t pw,
+                                 int64_t c, bool relu) {
+  KILN_GRID_STRIDE_LOOP(i, total) {  // i over [n, ph, pw, c]
+    const int64_t ch = i % c, col = i / c % pw, row = i / (c * pw);  // row = n * ph + pooled row
+    const int64_t w = 2 * pw;
+    const float* a = x + ((2 * row) * w + 2 * col) * c + ch;
+    const float cell[4] = {a[0], a[c], a[w * c], a[w * c + c]};
+    float best = cell[0];
+    uint8_t win = 0;
+    for (int q = 1; q < 4; ++q)
+      if (cell[q] > best || (cell[q] != cell[q] && best == best)) {
+        best = cell[q];
+        win = static_cast<uint8_t>(q);
+      }
+    mask[i] = relu && !(best > 0.0f) ? uint8_t{4} : win;
+  }
+}
+
+__global__ void mask_pool_grad_kernel(const uint8_t* __restrict__ mask, const float* __restrict__ dy,
+                                      float* __restrict__ dx, int64_t total, int64_t pw, int64_t c) {
+  KILN_GRID_STRIDE_LOOP(i, total) {  // i over dx [n, 2 ph, 2 pw, c]
+    const int64_t ch = i % c, w = i / c % (2 * pw), h = i / (c * 2 * pw);  // h = n * 2 ph + row
+    const int64_t p = ((h / 2) * pw + w / 2) * c + ch;
+    dx[i] = mask[p] == (h % 2) * 2 + w % 2 ? dy[p] : 0.0f;
+  }
+}
+
 unsigned capped(int64_t blocks) {
   if (blocks < 1) blocks = 1;
   return static_cast<unsigned>(blocks < 65535LL * 8 ? blocks : 65535LL * 8);
@@ -237,6 +266,22 @@ void launch_max_pool2d_backward(const void* x, const void* dy, void* dx, DType d
     pool_grad_kernel<T><<<grid_for(total), kThreads, 0, stream>>>(
         static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), d, total, small, true);
   })
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void launch_pool_mask_2x2(const float* x, uint8_t* mask, int64_t n, int64_t ph, int64_t pw, int64_t c, bool relu,
+                          cudaStream_t stream) {
+  const int64_t total = n * ph * pw * c;
+  if (total == 0) return;
+  pool_mask_kernel<<<grid_for(total), kThreads, 0, stream>>>(x, mask, total, pw, c, relu);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void launch_mask_pool_backward_2x2(const uint8_t* mask, const float* dy, float* dx, int64_t n, int64_t ph, int64_t pw,
+                                   int64_t c, cudaStream_t stream) {
+  const int64_t total = n * 4 * ph * pw * c;
+  if (total == 0) return;
+  mask_pool_grad_kernel<<<grid_for(total), kThreads, 0, stream>>>(mask, dy, dx, total, pw, c);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

@@ -27,6 +27,15 @@ void launch_max_pool2d_backward(const void* x, const void* dy, void* dx, DType d
                                 cudaStream_t stream);
 // dx = sum over the windows holding this cell of dy / (window's cell count).
 void launch_avg_pool2d_backward(const void* dy, void* dx, DType dtype, const PoolDims& d, cudaStream_t stream);
+// fused_conv2d's pool mask (attr pool_mask, kiln/ops/fused.h) of the 2x2, stride-2 NHWC
+// f32 pool over x [n, 2 ph, 2 pw, c]: the winning cell 0-3 per window and channel (the
+// first maximum, or the first NaN), 4 with relu where the maximum is not > 0.
+void launch_pool_mask_2x2(const float* x, uint8_t* mask, int64_t n, int64_t ph, int64_t pw, int64_t c, bool relu,
+                          cudaStream_t stream);
+// max_pool2d_backward_mask: dx [n, 2 ph, 2 pw, c] = dy [n, ph, pw, c] at each window's
+// winning cell, 0 elsewhere.
+void launch_mask_pool_backward_2x2(const uint8_t* mask, const float* dy, float* dx, int64_t n, int64_t ph, int64_t pw,
+                                   int64_t c, cudaStream_t stream);
 // y[n, c] = max (NaN wins) or mean (accumulated in double) over the hw cells of (n, c).
 void launch_global_pool2d(const void* x, void* y, DType dtype, bool nchw, int64_t n, int64_t c, int64_t hw,
                           bool max, cudaStream_t stream);
