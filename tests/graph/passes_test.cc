@@ -9,6 +9,7 @@
 #include "kiln/graph/function.h"
 #include "kiln/ops.h"
 #include "kiln/ops/nn_grad.h"
+#include "scoped_env.h"
 #include "test_util.h"
 
 namespace kiln::graph {
@@ -270,6 +271,7 @@ TEST(PassesTest, TrainStepPoolsKeepMasksNotConvolutionOutputs) {
     const Tensor dp = rand_tensor({c.x[0], c.x[1] / 4, c.x[2] / 4, 32}, DType::kF32, -1, 1, 66);
     const std::vector<Tensor> in{x, w1, w2, b1, b2, dp};
     const std::vector<Tensor> want = run(g, in);
+    const Graph traced_step = g;
     optimize(g);
     int masks = 0, conv_outputs = 0;
     for (const Node& n : g.nodes) {
@@ -278,6 +280,15 @@ TEST(PassesTest, TrainStepPoolsKeepMasksNotConvolutionOutputs) {
     }
     EXPECT_EQ(masks, c.masks) << g.str();
     EXPECT_EQ(conv_outputs, c.conv_outputs) << g.str();
+    {  // KILN_POOL_MASK=0: conv_output where the mask would be
+      testing::ScopedEnv off("KILN_POOL_MASK", "0");
+      Graph h = traced_step;
+      optimize(h);
+      int outs = 0;
+      for (const Node& n : h.nodes) outs += n.kind == NodeKind::kOp && n.attrs.get_bool("conv_output", false);
+      EXPECT_EQ(outs, c.masks + c.conv_outputs);
+      EXPECT_EQ(h.count_ops("max_pool2d_backward_mask"), 0);
+    }
     if (c.masks == 2) {
       EXPECT_EQ(g.count_ops("max_pool2d_backward_mask"), 1) << g.str();
       EXPECT_EQ(g.count_ops("max_pool2d_backward"), 0) << g.str();

@@ -9,12 +9,14 @@
 // the forward has it, or fused_conv2d_backward_filter), the second output is the pool's
 // argmax mask instead (attr pool_mask, u8 of the pooled shape) and they read that
 // (max_pool2d_backward_mask; fused_conv2d_backward_filter with pool_mask): the
-// convolution's output is never written. Level 2, after
+// convolution's output is never written (KILN_POOL_MASK=0: conv_output). Level 2, after
 // matmul_bias_activation_fusion (which makes the fused_conv2d of conv2d -> relu) and
 // the pool-backward fusions (which match the unfused convolution), before dead-code
 // elimination (which drops the convolution the fused node replaces).
 #include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <string>
 
 #include "kiln/graph/passes.h"
 #include "kiln/ops/nn_geometry.h"
@@ -63,6 +65,12 @@ void read_mask(Node& r, ValueRef m, const OpDef& backward_mask) {
   }
 }
 
+// KILN_POOL_MASK=0 keeps conv_output instead (to compare the two; read per pass run).
+bool masks_enabled() {
+  const char* env = std::getenv("KILN_POOL_MASK");
+  return !(env && std::string(env) == "0");
+}
+
 }  // namespace
 
 void fuse_conv_pool(Graph& g) {
@@ -90,7 +98,7 @@ void fuse_conv_pool(Graph& g) {
     // instead of the convolution's output (4 per convolution value): a train step then
     // never writes that output.
     const bool relu = conv.attrs.get_string("activation", "") == "relu";
-    bool mask = keep && pool.outputs[0].dtype == DType::kF32;
+    bool mask = keep && pool.outputs[0].dtype == DType::kF32 && masks_enabled();
     for (size_t j = i + 1; mask && j < g.nodes.size(); ++j)
       if (live[j] && std::find(g.nodes[j].inputs.begin(), g.nodes[j].inputs.end(), cv) != g.nodes[j].inputs.end())
         mask = mask_serves(g.nodes[j], cv, relu);
