@@ -76,7 +76,8 @@ TEST(ConvMaxPool, MatchesConvThenPool) {
                                    {3, 13, 11, 3, 16, 3, "same"},  {1, 14, 14, 32, 64, 3, "same"},
                                    {5, 14, 14, 32, 64, 3, "same"}, {2, 9, 7, 8, 16, 3, "valid"},
                                    {2, 10, 10, 8, 32, 5, "same"},  {3, 6, 8, 16, 16, 1, "same"},
-                                   {8, 14, 14, 8, 16, 3, "same"},  {1, 2, 2, 8, 16, 1, "valid"}};
+                                   {8, 14, 14, 8, 16, 3, "same"},  {1, 2, 2, 8, 16, 1, "valid"},
+                                   {2, 8, 6, 3, 12, 3, "same"}};  // 12 channels: the kernels' scalar tails
   const int saved = num_threads();
   uint64_t seed = 10;
   for (const char* direct : {"1", "0"}) {
@@ -165,7 +166,7 @@ TEST(ConvMaxPool, MaskBackwardEqualsThePoolBackward) {
   const int saved = num_threads();
   for (const int threads : {1, 2, 3}) {
     set_num_threads(threads);
-    for (const Shape& ys : {Shape{2, 8, 6, 16}, Shape{3, 28, 28, 32}, Shape{1, 2, 2, 8}})
+    for (const Shape& ys : {Shape{2, 8, 6, 16}, Shape{3, 28, 28, 32}, Shape{1, 2, 2, 8}, Shape{2, 4, 6, 12}})
       for (const bool relu : {false, true}) {
         SCOPED_TRACE(ys.str() + (relu ? " relu" : "") + " threads " + std::to_string(threads));
         const Tensor y = quarters(ys, 21);

@@ -40,6 +40,16 @@ inline void max_pool_2x2_row(const T* r0, const T* r1, int64_t PW, int64_t C, T*
 // (with relu: the maximum is not > 0, so the ReLU's gradient is zero).
 inline constexpr uint8_t kPoolMaskNone = 4;
 
+#if defined(__AVX2__)
+// The running maximum's update for one more cell of 8 windows: whether cell e replaces
+// best (greater, or a NaN over a number: the first NaN stays).
+inline __m256 pool_takes(__m256 e, __m256 best) {
+  const __m256 nan_over_number =
+      _mm256_and_ps(_mm256_cmp_ps(e, e, _CMP_UNORD_Q), _mm256_cmp_ps(best, best, _CMP_ORD_Q));
+  return _mm256_or_ps(_mm256_cmp_ps(e, best, _CMP_GT_OQ), nan_over_number);
+}
+#endif
+
 // max_pool_2x2_row for f32, also writing the mask row (PW * C bytes).
 inline void max_pool_2x2_mask_row(const float* r0, const float* r1, int64_t PW, int64_t C, bool relu, float* out,
                                   uint8_t* mask) {
@@ -47,9 +57,31 @@ inline void max_pool_2x2_mask_row(const float* r0, const float* r1, int64_t PW, 
     const float *a = r0 + 2 * ow * C, *b = a + C, *c = r1 + 2 * ow * C, *d = c + C;
     float* o = out + ow * C;
     uint8_t* m = mask + ow * C;
-#pragma omp simd
-    for (int64_t k = 0; k < C; ++k) {
-      // take: a later cell replaces the running maximum (greater, or NaN over a number).
+    int64_t k = 0;
+#if defined(__AVX2__)
+    const __m256 zero = _mm256_setzero_ps();
+    for (; k + 8 <= C; k += 8) {
+      __m256 best = _mm256_loadu_ps(a + k);
+      __m256i win = _mm256_setzero_si256();
+      const float* cells[3] = {b + k, c + k, d + k};
+      for (int q = 0; q < 3; ++q) {
+        const __m256 e = _mm256_loadu_ps(cells[q]);
+        const __m256 t = pool_takes(e, best);
+        best = _mm256_blendv_ps(best, e, t);
+        win = _mm256_castps_si256(
+            _mm256_blendv_ps(_mm256_castsi256_ps(win), _mm256_castsi256_ps(_mm256_set1_epi32(q + 1)), t));
+      }
+      if (relu) {
+        const __m256 stop = _mm256_cmp_ps(best, zero, _CMP_NGT_UQ);  // not > 0 (NaN too)
+        win = _mm256_castps_si256(
+            _mm256_blendv_ps(_mm256_castsi256_ps(win), _mm256_castsi256_ps(_mm256_set1_epi32(kPoolMaskNone)), stop));
+      }
+      _mm256_storeu_ps(o + k, best);
+      const __m128i w16 = _mm_packus_epi32(_mm256_castsi256_si128(win), _mm256_extracti128_si256(win, 1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(m + k), _mm_packus_epi16(w16, w16));
+    }
+#endif
+    for (; k < C; ++k) {
       float best = a[k];
       uint8_t win = 0;
       const float cell[3] = {b[k], c[k], d[k]};
@@ -75,8 +107,26 @@ inline void mask_pool_backward_2x2_row(const uint8_t* mask, const float* dy, flo
     const uint8_t* m = mask + ow * C;
     const float* g = dy + ow * C;
     float *a = d0 + 2 * ow * C, *b = a + C, *c = d1 + 2 * ow * C, *d = c + C;
-#pragma omp simd
-    for (int64_t k = 0; k < C; ++k) {
+    int64_t k = 0;
+#if defined(__AVX2__)
+    for (; k + 8 <= C; k += 8) {
+      const __m256i w = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m + k)));
+      const __m256 v = _mm256_loadu_ps(g + k);
+      auto at = [&](int cell) {
+        return _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(w, _mm256_set1_epi32(cell))), v);
+      };
+      _mm256_storeu_ps(a + k, at(0));
+      _mm256_storeu_ps(b + k, at(1));
+      _mm256_storeu_ps(c + k, at(2));
+      _mm256_storeu_ps(d + k, at(3));
+      if (sums) {
+        const __m256 got =
+            _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(kPoolMaskNone), w)), v);
+        _mm256_storeu_ps(sums + k, ow == 0 ? got : _mm256_add_ps(_mm256_loadu_ps(sums + k), got));
+      }
+    }
+#endif
+    for (; k < C; ++k) {
       const uint8_t w = m[k];
       const float v = g[k];
       a[k] = w == 0 ? v : 0.0f;
@@ -104,12 +154,8 @@ inline void max_pool_backward_2x2_row(const float* x0, const float* x1, const fl
       const int64_t a = 2 * ow * C + c, b = a + C;
       const __m256 e0 = _mm256_loadu_ps(x0 + a), e1 = _mm256_loadu_ps(x0 + b);
       const __m256 e2 = _mm256_loadu_ps(x1 + a), e3 = _mm256_loadu_ps(x1 + b);
-      // take_k: cell k replaces the running maximum (greater, or NaN over a number).
-      auto take = [](__m256 e, __m256 best) {
-        const __m256 nan_over_number =
-            _mm256_and_ps(_mm256_cmp_ps(e, e, _CMP_UNORD_Q), _mm256_cmp_ps(best, best, _CMP_ORD_Q));
-        return _mm256_or_ps(_mm256_cmp_ps(e, best, _CMP_GT_OQ), nan_over_number);
-      };
+      // take_k: cell k replaces the running maximum (pool_takes).
+      const auto take = pool_takes;
       __m256 best = e0;
       const __m256 t1 = take(e1, best);
       best = _mm256_blendv_ps(best, e1, t1);
