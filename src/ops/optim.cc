@@ -121,10 +121,13 @@ void add_hyper(std::vector<Tensor>& in, Attrs& attrs, const Tensor& hyper) {
 }
 
 // Runs the update: into the param and slots when in_place (and no observer watches),
-// else into new tensors. `state` lists param then the slots, as the outputs.
-std::vector<Tensor> run_update(const OpDef& op, std::span<const Tensor> in, const Attrs& attrs,
-                               std::vector<Tensor> state, bool in_place) {
+// else into new tensors. The outputs are param', then slot k' for each slot: input k + 2
+// (updates_in_place), `outputs` of them.
+std::vector<Tensor> run_update(const OpDef& op, std::span<const Tensor> in, const Attrs& attrs, size_t outputs,
+                               bool in_place) {
   if (!in_place || op_observer() != nullptr) return call_op(op, in, attrs);
+  std::vector<Tensor> state{in[0]};
+  state.insert(state.end(), in.begin() + 2, in.begin() + static_cast<std::ptrdiff_t>(outputs) + 1);
   call_op_into(op, in, state, attrs);
   return state;
 }
@@ -141,9 +144,7 @@ SgdUpdate sgd_update(const Tensor& param, const Tensor& grad, const Tensor& mome
   if (mom) in.push_back(momentum_buf);
   Attrs attrs{{"lr", lr}, {"momentum", momentum}, {"nesterov", nesterov}, {"weight_decay", weight_decay}};
   add_hyper(in, attrs, hyper);
-  std::vector<Tensor> state{param};
-  if (mom) state.push_back(momentum_buf);
-  std::vector<Tensor> out = run_update(KILN_OP("sgd_update"), in, attrs, std::move(state), in_place);
+  std::vector<Tensor> out = run_update(KILN_OP("sgd_update"), in, attrs, mom ? 2 : 1, in_place);
   return {out[0], mom ? out[1] : Tensor()};
 }
 
@@ -158,7 +159,7 @@ AdamUpdate adam_update(const Tensor& param, const Tensor& grad, const Tensor& m,
   Attrs attrs{{"lr", lr},         {"beta_1", beta_1}, {"beta_2", beta_2},
               {"epsilon", epsilon}, {"step", step},     {"weight_decay", weight_decay}};
   add_hyper(in, attrs, hyper);
-  std::vector<Tensor> out = run_update(KILN_OP("adam_update"), in, attrs, {param, m, v}, in_place);
+  std::vector<Tensor> out = run_update(KILN_OP("adam_update"), in, attrs, 3, in_place);
   return {out[0], out[1], out[2]};
 }
 
@@ -178,10 +179,7 @@ RmspropUpdate rmsprop_update(const Tensor& param, const Tensor& grad, const Tens
   Attrs attrs{{"lr", lr},           {"rho", rho},           {"momentum", momentum},
               {"epsilon", epsilon}, {"centered", centered}, {"weight_decay", weight_decay}};
   add_hyper(in, attrs, hyper);
-  std::vector<Tensor> state{param, velocity};
-  if (mom) state.push_back(momentum_buf);
-  if (centered) state.push_back(average_grad);
-  std::vector<Tensor> out = run_update(KILN_OP("rmsprop_update"), in, attrs, std::move(state), in_place);
+  std::vector<Tensor> out = run_update(KILN_OP("rmsprop_update"), in, attrs, size_t{2} + mom + centered, in_place);
   RmspropUpdate r{out[0], out[1], {}, {}};
   size_t k = 2;
   if (mom) r.momentum = out[k++];
