@@ -10,6 +10,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
+#include "kiln/core/shape.h"
 
 namespace kiln::cpu::onednn {
 
@@ -44,19 +45,24 @@ namespace {
 // A per-thread map from shape keys to what oneDNN made for them (primitives, prepared
 // GEMMs): a primitive runs only on the thread that made it (onednn.h, cached()).
 // Bounded: cleared past 4096 entries, so shape churn cannot grow it without limit.
+// Looked up by string_view (a key built on the caller's stack: no allocation on a hit).
 template <typename V>
 class ShapeCache {
  public:
   template <typename Make>
-  V get(std::string key, Make&& make) {
+  const V& get(std::string_view key, Make&& make) {
     if (auto it = map_.find(key); it != map_.end()) return it->second;
     V v = make();
     if (map_.size() > 4096) map_.clear();
-    return map_.emplace(std::move(key), std::move(v)).first->second;
+    return map_.emplace(std::string(key), std::move(v)).first->second;
   }
 
  private:
-  std::unordered_map<std::string, V> map_;
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view k) const { return std::hash<std::string_view>{}(k); }
+  };
+  std::unordered_map<std::string, V, Hash, std::equal_to<>> map_;
 };
 }  // namespace
 
@@ -110,32 +116,55 @@ dnnl::memory::desc matrix_desc(const dnnl::memory::dims& batch, int64_t rows, in
   return dnnl::memory::desc(dims, dt, strides);
 }
 
-// A GEMM's primitive with its operands' descriptors, made once per shape: a call then
-// only wraps the pointers (no key formatting, descriptor building or argument map).
+// A memory object over `data` (the C API: no exceptions wrapper, no argument map).
+struct Mem {
+  dnnl_memory_t m = nullptr;
+  Mem(const dnnl::memory::desc& md, const void* data) {
+    dnnl::error::wrap_c_api(dnnl_memory_create(&m, &md.data, engine().get(), const_cast<void*>(data)),
+                            "could not create a memory object");
+  }
+  ~Mem() { dnnl_memory_destroy(m); }
+  Mem(const Mem&) = delete;
+  Mem& operator=(const Mem&) = delete;
+  void point_at(const void* data) const {
+    dnnl::error::wrap_c_api(dnnl_memory_set_data_handle(m, const_cast<void*>(data)), "could not set a data handle");
+  }
+};
+
+// A GEMM's primitive with its operands' descriptors and memory objects, made once per
+// shape (per thread, as the cache holding it): a call then only points the memory
+// objects at its buffers (no key, descriptor or memory object made: no allocation).
 struct PreparedGemm {
   dnnl::primitive prim;  // empty: no optimised implementation for this dtype
   dnnl::memory::desc a_md, b_md, c_md, bias_md;
+  std::optional<Mem> a, b, c, bias;
 };
 
-// The shapes, flags and dtype as raw bytes (one allocation; hashed and compared as is).
-std::string gemm_key(const GemmDims& d, DType dtype, bool bias, bool relu, bool serial) {
-  std::string k;
-  k.reserve(16 + 8 * (4 + d.a_batch.size() + d.b_batch.size() + d.c_batch.size()));
-  auto put = [&k](int64_t v) { k.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  put(static_cast<int64_t>(dtype));
-  put(d.M);
-  put(d.N);
-  put(d.K);
-  put((d.trans_a ? 1 : 0) | (d.trans_b ? 2 : 0) | (bias ? 4 : 0) | (relu ? 8 : 0) | (serial ? 16 : 0));
-  for (const auto* dims : {&d.a_batch, &d.b_batch, &d.c_batch}) {
-    put(static_cast<int64_t>(dims->size()));
-    for (auto x : *dims) put(x);
+// The shapes, flags and dtype as raw bytes in a buffer on the caller's stack.
+struct GemmKey {
+  int64_t words[5 + 3 * (1 + Shape::kMaxRank)];
+  size_t n = 0;
+  GemmKey(const GemmDims& d, DType dtype, bool bias, bool relu, bool serial) {
+    put(static_cast<int64_t>(dtype));
+    put(d.M);
+    put(d.N);
+    put(d.K);
+    put((d.trans_a ? 1 : 0) | (d.trans_b ? 2 : 0) | (bias ? 4 : 0) | (relu ? 8 : 0) | (serial ? 16 : 0));
+    for (const auto* dims : {&d.a_batch, &d.b_batch, &d.c_batch}) {
+      put(static_cast<int64_t>(dims->size()));
+      for (auto x : *dims) put(x);
+    }
   }
-  return k;
-}
+  void put(int64_t v) {
+    if (n == std::size(words)) throw InvalidArgumentError("matmul: too many batch dims for oneDNN");
+    words[n++] = v;
+  }
+  std::string_view view() const { return {reinterpret_cast<const char*>(words), n * sizeof(int64_t)}; }
+};
 
-PreparedGemm prepare_gemm(const GemmDims& d, DType dtype, bool bias, bool relu) {
-  PreparedGemm g;
+std::shared_ptr<const PreparedGemm> prepare_gemm(const GemmDims& d, DType dtype, bool bias, bool relu) {
+  auto ptr = std::make_shared<PreparedGemm>();
+  PreparedGemm& g = *ptr;
   const auto dt = to_dnnl(dtype);
   g.a_md = matrix_desc(d.a_batch, d.M, d.K, d.trans_a, dt);
   g.b_md = matrix_desc(d.b_batch, d.K, d.N, d.trans_b, dt);
@@ -146,6 +175,10 @@ PreparedGemm prepare_gemm(const GemmDims& d, DType dtype, bool bias, bool relu) 
     strides.back() = 1;
     g.bias_md = dnnl::memory::desc(bias_dims, dnnl::memory::data_type::f32, strides);
   }
+  g.a.emplace(g.a_md, nullptr);
+  g.b.emplace(g.b_md, nullptr);
+  g.c.emplace(g.c_md, nullptr);
+  if (bias) g.bias.emplace(g.bias_md, nullptr);
   try {
     dnnl::primitive_attr attr;
     if (relu) {
@@ -159,26 +192,13 @@ PreparedGemm prepare_gemm(const GemmDims& d, DType dtype, bool bias, bool relu) 
   } catch (const dnnl::error&) {
     if (dtype == DType::kF32) throw;  // no implementation for this dtype on this CPU: prim stays empty
   }
-  return g;
+  return ptr;
 }
 
 std::shared_ptr<const PreparedGemm> prepared_gemm(const GemmDims& d, DType dtype, bool bias, bool relu, bool serial) {
   thread_local ShapeCache<std::shared_ptr<const PreparedGemm>> cache;  // (per thread: see cached())
-  return cache.get(gemm_key(d, dtype, bias, relu, serial),
-                   [&] { return std::make_shared<const PreparedGemm>(prepare_gemm(d, dtype, bias, relu)); });
+  return cache.get(GemmKey(d, dtype, bias, relu, serial).view(), [&] { return prepare_gemm(d, dtype, bias, relu); });
 }
-
-// A memory object over `data` (the C API: no exceptions wrapper, no argument map).
-struct Mem {
-  dnnl_memory_t m = nullptr;
-  Mem(const dnnl::memory::desc& md, const void* data) {
-    dnnl::error::wrap_c_api(dnnl_memory_create(&m, &md.data, engine().get(), const_cast<void*>(data)),
-                            "could not create a memory object");
-  }
-  ~Mem() { dnnl_memory_destroy(m); }
-  Mem(const Mem&) = delete;
-  Mem& operator=(const Mem&) = delete;
-};
 }  // namespace
 
 bool gemm(const GemmDims& d, DType dtype, const void* a, const void* b, void* c) {
@@ -192,13 +212,15 @@ bool gemm(const GemmDims& d, DType dtype, const void* a, const void* b, const vo
   SerialScope one_thread(serial);
   const std::shared_ptr<const PreparedGemm> g = prepared_gemm(d, dtype, bias != nullptr, relu, serial);
   if (!g->prim) return false;
-  Mem am(g->a_md, a), bm(g->b_md, b), cm(g->c_md, c);
-  std::optional<Mem> biasm;
-  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, am.m}, {DNNL_ARG_WEIGHTS, bm.m}, {DNNL_ARG_DST, cm.m}, {0, nullptr}};
+  g->a->point_at(a);
+  g->b->point_at(b);
+  g->c->point_at(c);
+  dnnl_exec_arg_t args[4] = {
+      {DNNL_ARG_SRC, g->a->m}, {DNNL_ARG_WEIGHTS, g->b->m}, {DNNL_ARG_DST, g->c->m}, {0, nullptr}};
   int n = 3;
   if (bias) {
-    biasm.emplace(g->bias_md, bias);
-    args[n++] = {DNNL_ARG_BIAS, biasm->m};
+    g->bias->point_at(bias);
+    args[n++] = {DNNL_ARG_BIAS, g->bias->m};
   }
   dnnl::error::wrap_c_api(dnnl_primitive_execute(g->prim.get(), stream().get(), n, args), "could not execute a matmul");
   stream().wait();
