@@ -407,7 +407,8 @@ void packed_gemm_shapes(benchmark::internal::Benchmark* b) {
                                                                 {256, 3136, 128, 0},
                                                                 {784, 32, 256, 1},
                                                                 {784, 128, 256, 1},
-                                                                {3136, 32, 128, 1}})
+                                                                {3136, 32, 128, 1},
+                                                                {3136, 128, 128, 1}})
     b->Args({m, k, n, ta});
   b->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
