@@ -467,13 +467,23 @@ std::vector<TensorMeta> Executor::output_metas(const std::vector<TensorMeta>& in
   return out;
 }
 
-std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
-  std::vector<TensorMeta> metas;
-  metas.reserve(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined()) throw InvalidArgumentError("graph: input " + std::to_string(i) + " is undefined");
-    metas.push_back({inputs[i].shape(), inputs[i].dtype()});
+std::shared_ptr<Executor::Plan> Executor::plan_for_run(const std::vector<Tensor>& inputs, Device device) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (last_plan_ && last_device_ == device && detail::same_metas(last_metas_, inputs)) return last_plan_;
   }
+  std::vector<TensorMeta> metas = detail::metas_of(inputs);
+  std::shared_ptr<Plan> plan = plan_for(metas, device);
+  std::lock_guard<std::mutex> lock(mu_);
+  last_metas_ = std::move(metas);
+  last_device_ = device;
+  last_plan_ = plan;
+  return plan;
+}
+
+std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!inputs[i].defined()) throw InvalidArgumentError("graph: input " + std::to_string(i) + " is undefined");
   const Device device = run_device(inputs);
   // Inputs on another device are copied to the run's (a host step counter for a
   // graph on the GPU, say); CPU inputs on any logical CPU device stay as they are.
@@ -486,7 +496,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
     moved[i] = inputs[i].to(device);
     args = &moved;
   }
-  std::shared_ptr<Plan> plan = plan_for(metas, device);
+  std::shared_ptr<Plan> plan = plan_for_run(*args, device);
   Plan& p = *plan;
   std::unique_ptr<Plan::RunState> state = p.acquire();
   Plan::RunState& rs = *state;

@@ -74,6 +74,9 @@ class Executor {
  private:
   struct Plan;
   std::shared_ptr<Plan> plan_for(const std::vector<TensorMeta>& inputs, Device device = Device::cpu());
+  // plan_for for a run: the last run's plan when the inputs have its shapes and dtypes
+  // (compared in place: no key string or meta list per run).
+  std::shared_ptr<Plan> plan_for_run(const std::vector<Tensor>& inputs, Device device);
   // Marks the assigned values a run may write over their variables' buffers.
   void plan_variable_updates(Plan& p, const std::vector<size_t>& stage_of) const;
   // Where a run with these inputs executes (see above).
@@ -83,6 +86,9 @@ class Executor {
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Plan>> plans_;
   std::vector<std::string> plan_order_;  // insertion order, for eviction
+  std::vector<TensorMeta> last_metas_;   // the last run's inputs, device and plan (under mu_)
+  Device last_device_;
+  std::shared_ptr<Plan> last_plan_;
 };
 
 }  // namespace kiln::graph

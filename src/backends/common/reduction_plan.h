@@ -3,27 +3,36 @@
 // (outer, reduced, inner) after dropping size-1 dims and merging neighbours that are
 // both reduced or both kept. When the reduced axes form several blocks, the backend
 // first permutes the collapsed dims (`dims`, `perm`) so that they become one block.
-#include <cstdint>
-#include <vector>
-
 #include <algorithm>
+#include <cstdint>
 
+#include "kiln/core/error.h"
 #include "kiln/core/op_registry.h"
 #include "kiln/core/shape.h"
 
 namespace kiln::backends {
 
-// The "axes" attribute normalised and sorted (empty = all; negative from the end). The
-// op's infer function has already validated it.
-inline std::vector<int> reduction_axes(const Attrs& attrs, int rank) {
-  const std::vector<int64_t> given = attrs.get_ints("axes", {});
-  std::vector<int> axes;
-  if (given.empty()) {
+// The "axes" attribute normalised and sorted (empty = all; negative from the end), held
+// inline (no allocation per call). The op's infer function has already validated it.
+struct ReductionAxes {
+  int v[Shape::kMaxRank] = {};
+  int n = 0;
+  size_t size() const { return static_cast<size_t>(n); }
+  int operator[](size_t i) const { return v[i]; }
+  void push_back(int a) {
+    if (n == Shape::kMaxRank) throw InvalidArgumentError("reduction: more axes than dims");
+    v[n++] = a;
+  }
+};
+
+inline ReductionAxes reduction_axes(const Attrs& attrs, int rank) {
+  ReductionAxes axes;
+  if (!attrs.has("axes") || attrs.get_ints("axes").empty()) {
     for (int i = 0; i < rank; ++i) axes.push_back(i);
     return axes;
   }
-  for (int64_t a : given) axes.push_back(normalize_axis(a, rank, "reduction axis"));
-  std::sort(axes.begin(), axes.end());
+  for (int64_t a : attrs.get_ints("axes")) axes.push_back(normalize_axis(a, rank, "reduction axis"));
+  std::sort(axes.v, axes.v + axes.n);
   return axes;
 }
 
@@ -36,7 +45,7 @@ struct ReductionPlan {
 };
 
 // `axes`: sorted, unique, non-negative.
-inline ReductionPlan plan_reduction(const Shape& s, const std::vector<int>& axes) {
+inline ReductionPlan plan_reduction(const Shape& s, const ReductionAxes& axes) {
   ReductionPlan p;
   bool red[Shape::kMaxRank];
   int n = 0;

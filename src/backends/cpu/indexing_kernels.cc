@@ -49,15 +49,16 @@ void with_indices(const Tensor& t, F&& f) {
     f(static_cast<const int64_t*>(t.raw_data()));
 }
 
-// Throws OutOfRangeError for the first index outside [0, bound).
-template <typename I>
-void check_indices(const char* op, const I* ix, const Tensor& indices, int64_t bound, const std::string& what) {
+// Throws OutOfRangeError for the first index outside [0, bound); what() names the
+// indexed dim in the message (called only then: no formatting per call).
+template <typename I, typename What>
+void check_indices(const char* op, const I* ix, const Tensor& indices, int64_t bound, What&& what) {
   const int64_t n = indices.numel();
   for (int64_t i = 0; i < n; ++i) {
     const int64_t v = ix[i];
     if (v < 0 || v >= bound)
       throw OutOfRangeError(kiln::detail::str_cat(op, ": indices", position_str(indices.shape(), i), " = ", v,
-                                                  " is out of range [0, ", bound, ") for ", what));
+                                                  " is out of range [0, ", bound, ") for ", what()));
   }
 }
 
@@ -77,7 +78,7 @@ void k_gather(OpContext& ctx) {
   const int64_t inner = prod(P.shape(), axis + 1, P.rank()) * static_cast<int64_t>(P.itemsize());
   const int64_t ni = prod(I.shape(), static_cast<int>(bd), I.rank());
   with_indices(I, [&](auto* ix) {
-    check_indices("gather", ix, I, n, kiln::detail::str_cat("axis ", axis, " of params ", P.desc()));
+    check_indices("gather", ix, I, n, [&] { return kiln::detail::str_cat("axis ", axis, " of params ", P.desc()); });
     if (out.numel() == 0) return;
     const char* src = in_ptr(P);
     char* dst = out_ptr(out);
@@ -149,7 +150,7 @@ void k_scatter_add(OpContext& ctx) {
   const int64_t outer = prod(X.shape(), 0, axis), n = X.dim(axis), inner = prod(X.shape(), axis + 1, X.rank());
   const int64_t ni = I.numel();
   with_indices(I, [&](auto* ix) {
-    check_indices("scatter_add", ix, I, n, kiln::detail::str_cat("axis ", axis, " of x ", X.desc()));
+    check_indices("scatter_add", ix, I, n, [&] { return kiln::detail::str_cat("axis ", axis, " of x ", X.desc()); });
     kiln::parallel_memcpy(out.raw_data(), X.raw_data(), static_cast<int64_t>(X.nbytes()));
     if (ni == 0 || inner == 0 || outer == 0) return;
     const T* u = static_cast<const T*>(U.raw_data());

@@ -48,7 +48,7 @@ void permute_copy(const char* src, char* dst, size_t es, const int64_t* dims, co
 }
 }  // namespace
 
-ReductionView prepare_reduction(const Tensor& x, const std::vector<int>& axes) {
+ReductionView prepare_reduction(const Tensor& x, const backends::ReductionAxes& axes) {
   const backends::ReductionPlan p = backends::plan_reduction(x.shape(), axes);
   ReductionView v;
   v.data = x.raw_data();

@@ -32,6 +32,7 @@
 #include <memory>
 #include <vector>
 
+#include "../common/reduction_plan.h"
 #include "kiln/core/op_registry.h"
 #include "kiln/core/parallel.h"
 
@@ -51,7 +52,7 @@ struct ReductionView {
   Tensor holder;
 };
 
-ReductionView prepare_reduction(const Tensor& x, const std::vector<int>& axes);
+ReductionView prepare_reduction(const Tensor& x, const backends::ReductionAxes& axes);
 
 // ---- engine ------------------------------------------------------------------------
 

@@ -38,9 +38,8 @@ struct TransposePlan {
 
   TransposePlan(const Shape& in, const std::vector<int64_t>& perm_attr, int64_t itemsize) {
     const int r = in.rank();
-    std::vector<int64_t> perm = perm_attr;
-    if (perm.empty())
-      for (int i = r - 1; i >= 0; --i) perm.push_back(i);
+    int64_t perm[Shape::kMaxRank];  // (no allocation per call)
+    for (int k = 0; k < r; ++k) perm[k] = perm_attr.empty() ? r - 1 - k : perm_attr[static_cast<size_t>(k)];
     int64_t stride[Shape::kMaxRank];
     int64_t acc = itemsize;
     for (int i = r - 1; i >= 0; --i) {
@@ -163,7 +162,9 @@ void transpose_generic(const TransposePlan& p, const char* in, char* out) {
 void k_transpose(OpContext& ctx) {
   const Tensor& x = ctx.in[0];
   if (x.numel() == 0) return;
-  TransposePlan p(x.shape(), ctx.attrs.get_ints("perm", {}), static_cast<int64_t>(x.itemsize()));
+  static const std::vector<int64_t> kReverse;  // no perm: reverse the dims
+  const std::vector<int64_t>& perm = ctx.attrs.has("perm") ? ctx.attrs.get_ints("perm") : kReverse;  // not copied
+  TransposePlan p(x.shape(), perm, static_cast<int64_t>(x.itemsize()));
   if (p.rank == 0) {
     parallel_memcpy(out_ptr(ctx.out[0]), in_ptr(x), x.nbytes());
     return;

@@ -24,7 +24,7 @@ struct View {
   Tensor holder;
 };
 
-View prepare(const Tensor& x, const std::vector<int>& axes, cudaStream_t stream) {
+View prepare(const Tensor& x, const backends::ReductionAxes& axes, cudaStream_t stream) {
   const backends::ReductionPlan p = backends::plan_reduction(x.shape(), axes);
   View v;
   v.data = x.raw_data();
