@@ -39,6 +39,11 @@ struct Block {
   int64_t n;
 };
 
+// An update costs a square root and a division per element (Adam, RMSprop) or reads
+// and writes three or four arrays: a quarter of an elementwise op's grain, so a 256x128
+// kernel (32768 elements) runs on every core.
+constexpr int64_t kUpdateGrain = kElementwiseGrain / 4;
+
 // Runs f(Block) over [0, numel) split across the pool; inputs and outputs all have
 // the param's shape (checked by inference).
 template <typename T, int NIn, int NOut, typename F>
@@ -48,7 +53,7 @@ void fused(OpContext& ctx, F f) {
   T* out[NOut];
   for (int k = 0; k < NIn; ++k) in[k] = static_cast<const T*>(ctx.in[k].raw_data());
   for (int k = 0; k < NOut; ++k) out[k] = static_cast<T*>(ctx.out[k].raw_data());
-  parallel_for(ctx.in[0].numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+  parallel_for(ctx.in[0].numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
     if constexpr (kIs16<T>) {
       float ib[NIn][kChunk], ob[NOut][kChunk];
       for (int64_t i = b; i < e; i += kChunk) {
