@@ -44,10 +44,11 @@ long news_per_call(Function& f, const std::vector<Tensor>& args) {
 }
 
 // `layers` rounds of elementwise ops, reductions, softmax, gather and a transpose
-// over [32, 64], with the passes off so every op is a node of its own.
-Function chain(int layers) {
+// over [32, 64]; with the passes off every op is a node of its own, with them the
+// elementwise runs become fused_elementwise nodes.
+Function chain(int layers, int level) {
   FunctionOptions o;
-  o.optimization_level = 0;
+  o.optimization_level = level;
   return function(
       [layers](const std::vector<Tensor>& a) {
         Tensor h = a[0];
@@ -63,18 +64,30 @@ Function chain(int layers) {
       o);
 }
 
+std::vector<Tensor> chain_args() {
+  return {ops::random_uniform({32, 64}, -1, 1, DType::kF32, 1), ops::random_uniform({64}, 0.5, 1.5, DType::kF32, 2),
+          ops::random_uniform({32, 64}, -0.1, 0.1, DType::kF32, 3),
+          ops::cast(ops::random_uniform({32}, 0, 32, DType::kF32, 4), DType::kI32)};
+}
+
 TEST(HotPathAlloc, ExecutorAllocatesNothingPerOp) {
-  const std::vector<Tensor> args{ops::random_uniform({32, 64}, -1, 1, DType::kF32, 1),
-                                 ops::random_uniform({64}, 0.5, 1.5, DType::kF32, 2),
-                                 ops::random_uniform({32, 64}, -0.1, 0.1, DType::kF32, 3),
-                                 ops::cast(ops::random_uniform({32}, 0, 32, DType::kF32, 4), DType::kI32)};
-  Function small = chain(1), large = chain(10);
+  const std::vector<Tensor> args = chain_args();
+  Function small = chain(1, 0), large = chain(10, 0);
   const long one = news_per_call(small, args), ten = news_per_call(large, args);
   ASSERT_GT(large.concrete(args).graph().nodes.size(), 5 * small.concrete(args).graph().nodes.size());
   // The same allocations for 16 ops as for 160: per call, the result vector and the two
   // outputs' buffers (each a Storage and the BFC allocator's chunk bookkeeping).
   EXPECT_EQ(ten, one) << "16 ops: " << one << " allocations per call, 160 ops: " << ten;
   EXPECT_LE(one, 12);
+}
+
+TEST(HotPathAlloc, FusedGraphsAllocateNothingPerNode) {
+  const std::vector<Tensor> args = chain_args();
+  Function small = chain(1, graph::kDefaultLevel), large = chain(10, graph::kDefaultLevel);
+  const long one = news_per_call(small, args), ten = news_per_call(large, args);
+  const graph::Graph& g = large.concrete(args).graph();
+  ASSERT_GE(g.count_ops("fused_elementwise"), 10) << g.str();
+  EXPECT_EQ(ten, one) << "1 round: " << one << " allocations per call, 10 rounds: " << ten;
 }
 
 }  // namespace

@@ -158,8 +158,19 @@ Prepared prepare(const OpContext& ctx) {
 void k_fused_elementwise(OpContext& ctx) {
   KernelCache* cache = current_kernel_cache();
   std::shared_ptr<const Prepared> prepared;
+  // Per-call state in the calling thread's buffers, which only grow: no heap allocation
+  // once warm. (Named through references: a lambda does not capture a thread_local, the
+  // pool's threads would see their own.)
+  thread_local std::string t_key;
+  thread_local std::vector<float> t_scalars;
+  thread_local std::vector<const float*> t_inputs;
+  thread_local std::vector<int64_t> t_period;
+  std::string& key = t_key;
+  std::vector<float>& scalars = t_scalars;
+  std::vector<const float*>& inputs = t_inputs;
+  std::vector<int64_t>& period = t_period;  // > 0: a broadcast input
   if (cache) {
-    std::string key = "program, scalar/broadcast inputs:";  // what the preparation reads besides the attrs
+    key.assign("program, scalar/broadcast inputs:");  // what the preparation reads besides the attrs
     for (size_t r = 0; r < ctx.in.size(); ++r) key += ctx.in[r].numel() == 1 ? '1' : periodic(ctx, r) ? 'b' : '0';
     key += ctx.out[0].numel() == 1 ? " scalar output" : "";
     prepared = cache->get<Prepared>(key, [&] { return prepare(ctx); });
@@ -172,9 +183,9 @@ void k_fused_elementwise(OpContext& ctx) {
   const int n_in = static_cast<int>(ctx.in.size());
   const int n_regs = n_in + static_cast<int>(prog.size());
   const int64_t numel = ctx.out[0].numel();
-  std::vector<float> scalars(static_cast<size_t>(n_in));
-  std::vector<const float*> inputs(static_cast<size_t>(n_in));
-  std::vector<int64_t> period(static_cast<size_t>(n_in), 0);  // > 0: a broadcast input
+  scalars.assign(static_cast<size_t>(n_in), 0.0f);
+  inputs.assign(static_cast<size_t>(n_in), nullptr);
+  period.assign(static_cast<size_t>(n_in), 0);
   for (int r = 0; r < n_in; ++r) {
     const auto ru = static_cast<size_t>(r);
     inputs[ru] = static_cast<const float*>(ctx.in[ru].raw_data());
