@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "kiln/graph/passes.h"
 #include "kiln/ops/nn_geometry.h"
@@ -98,10 +99,13 @@ void fuse_conv_pool(Graph& g) {
     // instead of the convolution's output (4 per convolution value): a train step then
     // never writes that output.
     const bool relu = conv.attrs.get_string("activation", "") == "relu";
-    bool mask = keep && pool.outputs[0].dtype == DType::kF32 && masks_enabled();
-    for (size_t j = i + 1; mask && j < g.nodes.size(); ++j)
+    std::vector<size_t> readers;  // the live readers of cv, all after the pool
+    for (size_t j = i + 1; keep && j < g.nodes.size(); ++j)
       if (live[j] && std::find(g.nodes[j].inputs.begin(), g.nodes[j].inputs.end(), cv) != g.nodes[j].inputs.end())
-        mask = mask_serves(g.nodes[j], cv, relu);
+        readers.push_back(j);
+    const bool mask = keep && masks_enabled() && std::all_of(readers.begin(), readers.end(), [&](size_t j) {
+                        return mask_serves(g.nodes[j], cv, relu);
+                      });
     Node f = conv;
     f.op = &fused;
     f.attrs.set("max_pool", int64_t{2});
@@ -116,9 +120,7 @@ void fuse_conv_pool(Graph& g) {
     pool = std::move(f);  // in the pool's place: every input comes earlier
     const ValueRef second{static_cast<int>(i), 1};
     if (mask) {
-      for (size_t j = i + 1; j < g.nodes.size(); ++j)
-        if (live[j] && std::find(g.nodes[j].inputs.begin(), g.nodes[j].inputs.end(), cv) != g.nodes[j].inputs.end())
-          read_mask(g.nodes[j], second, backward_mask);
+      for (size_t j : readers) read_mask(g.nodes[j], second, backward_mask);
     } else if (keep) {
       replace_uses(g, cv, second);
     }
