@@ -154,14 +154,13 @@ inline void max_pool_backward_2x2_row(const float* x0, const float* x1, const fl
       const int64_t a = 2 * ow * C + c, b = a + C;
       const __m256 e0 = _mm256_loadu_ps(x0 + a), e1 = _mm256_loadu_ps(x0 + b);
       const __m256 e2 = _mm256_loadu_ps(x1 + a), e3 = _mm256_loadu_ps(x1 + b);
-      // take_k: cell k replaces the running maximum (pool_takes).
-      const auto take = pool_takes;
+      // t_k: cell k replaces the running maximum.
       __m256 best = e0;
-      const __m256 t1 = take(e1, best);
+      const __m256 t1 = pool_takes(e1, best);
       best = _mm256_blendv_ps(best, e1, t1);
-      const __m256 t2 = take(e2, best);
+      const __m256 t2 = pool_takes(e2, best);
       best = _mm256_blendv_ps(best, e2, t2);
-      const __m256 t3 = take(e3, best);
+      const __m256 t3 = pool_takes(e3, best);
       // Cell k wins when it was taken and no later cell was: exactly one cell per lane.
       const __m256 s3 = t3, s2 = _mm256_andnot_ps(t3, t2);
       const __m256 s1 = _mm256_andnot_ps(_mm256_or_ps(t2, t3), t1);
