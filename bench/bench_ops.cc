@@ -5,7 +5,7 @@
 //   dense_784x256/<rows>: relu(x @ w + b) for 1-16 rows against constant weights, kiln
 //   (a traced function: the small-M kernel up to 8 rows, src/backends/cpu/small_gemm.h;
 //   KILN_SMALL_GEMM=0 for oneDNN) vs oneDNN's matmul with bias and ReLU post-ops;
-//   the cnn's 3x3 32->64 NHWC convolution (14x14, batch 1/64/128), forward, backward
+//   the cnn's 3x3 32->64 NHWC convolution (14x14, batch 1-128), forward, backward
 //   data and backward filter, and its first layer 3x3 1->32 (28x28) forward: kiln (its
 //   direct kernel; KILN_DIRECT_CONV=0 for oneDNN) vs oneDNN's primitives called
 //   directly (filters pre-reordered to its layout);
@@ -169,8 +169,17 @@ void BM_conv_bwd_filter_kiln(benchmark::State& st) { conv_kiln(st, 2); }
 void BM_conv_bwd_filter_peer(benchmark::State& st) { conv_onednn(st, 2); }
 void BM_conv1_fwd_kiln(benchmark::State& st) { conv_kiln(st, 0, kConv1); }
 void BM_conv1_fwd_peer(benchmark::State& st) { conv_onednn(st, 0, kConv1); }
-#define KILN_CONV_BENCH(fn, name) \
-  BENCHMARK(fn)->Name(name)->Arg(1)->Arg(8)->Arg(64)->Arg(128)->Unit(benchmark::kMicrosecond)->UseRealTime()
+#define KILN_CONV_BENCH(fn, name)     \
+  BENCHMARK(fn)                       \
+      ->Name(name)                    \
+      ->Arg(1)                        \
+      ->Arg(4)                        \
+      ->Arg(8)                        \
+      ->Arg(32)                       \
+      ->Arg(64)                       \
+      ->Arg(128)                      \
+      ->Unit(benchmark::kMicrosecond) \
+      ->UseRealTime()
 KILN_CONV_BENCH(BM_conv_fwd_kiln, "conv3x3_32to64_fwd/kiln");
 KILN_CONV_BENCH(BM_conv_fwd_peer, "conv3x3_32to64_fwd/peer");
 KILN_CONV_BENCH(BM_conv_bwd_data_kiln, "conv3x3_32to64_bwd_data/kiln");

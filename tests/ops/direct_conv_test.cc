@@ -167,6 +167,31 @@ TEST(DirectConv, FilterGradientMatchesF64Loops) {
   }
 }
 
+// Which problems the conv ops hand to oneDNN where it runs AVX-512: those of the
+// general tile, not Winograd's or the small-channel tile's.
+TEST(DirectConv, GeneralTileProblems) {
+  Problem p = problem(1, 14, 14, 32, 64, 3, 3, {1, 1, 1, 1});
+  EXPECT_FALSE(dc::uses_general_tile(p));  // Winograd
+  p.allow_winograd = false;                // an eager call on one image
+  EXPECT_TRUE(dc::uses_general_tile(p));
+  EXPECT_TRUE(dc::uses_general_tile(dc::backward_data_problem(p)));
+  Problem q = p;
+  q.c = 1;  // a first layer on grey images: the small-channel tile
+  EXPECT_FALSE(dc::uses_general_tile(q));
+  q = p;
+  q.kh = q.kw = 5;  // no Winograd for 5x5
+  q.allow_winograd = true;
+  EXPECT_TRUE(dc::uses_general_tile(q));
+  q.o = 24;  // not handled at all
+  EXPECT_FALSE(dc::uses_general_tile(q));
+  {
+    ScopedEnv unset("KILN_DIRECT_CONV", nullptr);
+    EXPECT_FALSE(dc::general_tile_forced());
+  }
+  ScopedEnv on("KILN_DIRECT_CONV", "1");
+  EXPECT_TRUE(dc::general_tile_forced());
+}
+
 TEST(DirectConv, ShapesItDoesNotHandle) {
   Problem p = problem(1, 8, 8, 16, 16, 3, 3, {1, 1, 1, 1});
   EXPECT_TRUE(dc::supports(p));
@@ -200,10 +225,14 @@ TEST(DirectConv, Conv2dOpsAgreeWithAndWithoutIt) {
     const Tensor x = rand_tensor({p.n, p.h, p.w, p.c}, DType::kF32, -1, 1, 6);
     const Tensor w = rand_tensor({p.kh, p.kw, p.c, p.o}, DType::kF32, -1, 1, 7);
     const Tensor b = rand_tensor({p.o}, DType::kF32, -1, 1, 8);
-    const Tensor y = ops::conv2d(x, w, options(p), b);
-    const Tensor dy = rand_tensor(y.shape(), DType::kF32, -1, 1, 9);
-    const Tensor dx = ops::conv2d_backward_data(dy, w, x.shape(), options(p));
-    const Tensor dw = ops::conv2d_backward_filter(x, dy, w.shape(), options(p));
+    const Tensor dy = rand_tensor({p.n, p.oh(), p.ow(), p.o}, DType::kF32, -1, 1, 9);
+    Tensor y, dx, dw;
+    {
+      ScopedEnv on("KILN_DIRECT_CONV", "1");  // the general tile too where oneDNN runs AVX-512
+      y = ops::conv2d(x, w, options(p), b);
+      dx = ops::conv2d_backward_data(dy, w, x.shape(), options(p));
+      dw = ops::conv2d_backward_filter(x, dy, w.shape(), options(p));
+    }
     ScopedEnv off("KILN_DIRECT_CONV", "0");
     ASSERT_FALSE(dc::supports(p));
     EXPECT_CLOSE(y, ops::conv2d(x, w, options(p), b), 1e-4, 1e-4);

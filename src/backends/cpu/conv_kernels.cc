@@ -126,6 +126,13 @@ void conv_backward_filter_loop(const Conv2dGeometry& g, const T* x, const T* dy,
 
 constexpr int64_t kEagerWinogradPixels = 1024;  // output pixels (n * oh * ow)
 
+// Forward and backward-data problems the general tile would run, where oneDNN's
+// AVX-512 kernels are faster (direct_conv::uses_general_tile; its filter gradient is
+// level with them and stays).
+bool to_onednn(const direct_conv::Problem& p) {
+  return direct_conv::uses_general_tile(p) && onednn::runs_avx512() && !direct_conv::general_tile_forced();
+}
+
 // The direct kernel's forward problem for `g`, when it handles it (filter_grad: when
 // its filter-gradient kernel does).
 bool direct_problem(const Conv2dGeometry& g, direct_conv::Problem& p, bool filter_grad = false) {
@@ -140,7 +147,7 @@ bool direct_problem(const Conv2dGeometry& g, direct_conv::Problem& p, bool filte
   // batch 64 1.4-1.6x).
   KernelCache* cache = current_kernel_cache();
   p.allow_winograd = (cache && cache->constant_input(1)) || p.n * p.oh() * p.ow() >= kEagerWinogradPixels;
-  return filter_grad ? direct_conv::supports_backward_filter(p) : direct_conv::supports(p);
+  return filter_grad ? direct_conv::supports_backward_filter(p) : (direct_conv::supports(p) && !to_onednn(p));
 }
 
 // The filter in the direct kernel's layout: packed once per graph node when it is a
@@ -392,7 +399,7 @@ void conv2d_backward_data_f32(OpContext& ctx) {
   direct_conv::Problem dp;
   if (direct_problem(g, dp)) {
     const direct_conv::Problem bp = direct_conv::backward_data_problem(dp);
-    if (direct_conv::supports(bp)) {
+    if (direct_conv::supports(bp) && !to_onednn(bp)) {
       std::shared_ptr<const std::vector<float>> hold;
       const float* w = direct_filter(dp, static_cast<const float*>(ctx.in[1].raw_data()), true, hold);
       direct_conv::run(bp, static_cast<const float*>(ctx.in[0].raw_data()), w, nullptr,

@@ -214,6 +214,13 @@ bool uses_winograd(const Problem& p) {
 
 bool supports(const Problem& p) { return (p.c >= 8 || few_channels(p)) && handles(p); }
 
+bool uses_general_tile(const Problem& p) { return handles(p) && !few_channels(p) && !uses_winograd(p); }
+
+bool general_tile_forced() {
+  const char* v = std::getenv("KILN_DIRECT_CONV");
+  return v && v[0] == '1';
+}
+
 size_t packed_size(const Problem& p) { return size_t((uses_winograd(p) ? 16 : p.kh * p.kw) * p.c * p.o); }
 
 void pack_filter(const Problem& p, const float* hwio, float* packed) {

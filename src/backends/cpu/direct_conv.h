@@ -21,8 +21,9 @@
 // row) pairs on kiln's pool.
 //
 // KILN_DIRECT_CONV=0 turns it off (oneDNN then runs every convolution), read
-// per call. Compiled only with AVX2 and FMA (the default x86-64-v3 build);
-// otherwise supports() is false.
+// per call; =1 makes the ops take the general tile where oneDNN runs AVX-512
+// (uses_general_tile). Compiled only with AVX2 and FMA (the default x86-64-v3
+// build); otherwise supports() is false.
 #include <cstddef>
 #include <cstdint>
 
@@ -49,6 +50,18 @@ bool supports(const Problem& p);
 // 1.6x and the filter gradient 1.4x the direct tiles; errors stay within the direct
 // kernel's test tolerance against f64 loops. Code: winograd_conv.h.
 bool uses_winograd(const Problem& p);
+
+// Whether run() takes the general 6x16 tile for `p`: neither Winograd nor the
+// small-channel tile. The conv ops leave those forward and backward-data problems to
+// oneDNN where oneDNN runs AVX-512 (onednn::runs_avx512()) and KILN_DIRECT_CONV is
+// not 1: on such a CPU (a Zen 4 here) oneDNN's direct convolution reaches the FMA
+// peak and the tile does not (3x3 32->64, batch 1-64: forward 0.5-0.9x, backward data
+// 0.45-0.85x oneDNN), while Winograd (1.1-1.6x from batch 8), the small-channel tile
+// (1.6x) and the filter gradient's tiles (level) still hold (docs/benchmarks.md,
+// session 18).
+bool uses_general_tile(const Problem& p);
+// KILN_DIRECT_CONV=1: the ops keep the general tile even where oneDNN runs AVX-512.
+bool general_tile_forced();
 
 // Floats of a packed filter for `p`.
 size_t packed_size(const Problem& p);

@@ -79,6 +79,15 @@ int64_t serial_macs() {
   return macs;
 }
 
+bool runs_avx512() {
+  static const bool yes = [] {
+    const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+    const unsigned core = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
+    return (isa & core) == core;  // the ISA values are nested bit sets
+  }();
+  return yes;
+}
+
 SerialScope::SerialScope(bool on) {
   if (!on || omp_get_max_threads() == 1) return;
   saved_ = omp_get_max_threads();

@@ -38,6 +38,11 @@ int64_t serial_macs();
 // primitive runs on its caller's thread.
 inline bool runs_serial(int64_t macs) { return macs < serial_macs() || detail::in_parallel_region(); }
 inline const char* serial_tag(bool serial) { return serial ? "|serial" : ""; }
+
+// Whether oneDNN runs AVX-512 kernels on this CPU (its effective ISA, which
+// ONEDNN_MAX_CPU_ISA can lower): kiln's AVX2 kernels then lose to some of its
+// primitives (direct_conv::uses_general_tile).
+bool runs_avx512();
 // Limits the calling thread's OpenMP regions to one thread while alive (when `on`).
 class SerialScope {
  public:
