@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "kiln/core/denormals.h"
 #include "kiln/core/kernel_cache.h"
 
 namespace kiln {
@@ -273,6 +274,7 @@ void run(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, De
   OpContext ctx{op, inputs, out, attrs};
   {
     KernelCacheScope eager(nullptr);  // an op called from inside a graph kernel is eager
+    detail::DenormalScope denormals;
     k(ctx);
   }
   if (t_observer) t_observer->on_op(op, inputs, out, attrs);
@@ -307,6 +309,7 @@ void run_kernel(const char* name, DeviceType device, std::span<const Tensor> inp
     throw UnimplementedError(
         detail::str_cat("op '", op.name, "' has no ", device_type_name(device), " kernel for dtype ", dtype_name(key)));
   OpContext ctx{op, inputs, outputs, attrs};
+  detail::DenormalScope denormals;
   k(ctx);
 }
 

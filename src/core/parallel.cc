@@ -3,11 +3,13 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <thread>
+
+#include "kiln/core/denormals.h"
 
 namespace kiln {
 namespace {
@@ -63,6 +65,7 @@ void parallel_invoke(const std::function<void()>& a, const std::function<void()>
       guarded(0);
       guarded(1);
     } else if (omp_get_thread_num() < 2) {
+      if (omp_get_thread_num() == 1) detail::apply_denormal_mode_on_worker();
       guarded(omp_get_thread_num());
     }
   }
@@ -80,6 +83,9 @@ void parallel_for_impl(int64_t n, int64_t grain, const std::function<void(int64_
   {
     int t = omp_get_thread_num();
     int T = omp_get_num_threads();
+    if (t != 0)
+      apply_denormal_mode_on_worker();  // a worker the team set-up has not seen  // a worker the team set-up has not
+                                        // seen
     int64_t begin = n * t / T, end = n * (t + 1) / T;
     if (begin < end) fn(begin, end);
   }

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "kiln/core/allocator.h"
+#include "kiln/core/denormals.h"
 #include "kiln/core/error.h"
 #include "kiln/core/kernel_cache.h"
 #include "kiln/core/parallel.h"
@@ -482,6 +483,7 @@ std::shared_ptr<Executor::Plan> Executor::plan_for_run(const std::vector<Tensor>
 }
 
 std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
+  kiln::detail::DenormalScope denormals;  // the kernels below are called directly, not through ops
   for (size_t i = 0; i < inputs.size(); ++i)
     if (!inputs[i].defined()) throw InvalidArgumentError("graph: input " + std::to_string(i) + " is undefined");
   const Device device = run_device(inputs);

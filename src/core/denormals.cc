@@ -1,0 +1,86 @@
+#include "kiln/core/denormals.h"
+
+#include <omp.h>
+
+#include <atomic>
+#include <cstdlib>
+
+#include "kiln/core/parallel.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define KILN_HAVE_MXCSR 1
+#endif
+
+namespace kiln {
+namespace {
+
+std::atomic<bool>& mode() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("KILN_FLUSH_DENORMALS");
+    return !(v && v[0] == '0');
+  }()};
+  return on;
+}
+
+#ifdef KILN_HAVE_MXCSR
+constexpr unsigned kBits = 0x8040;  // FTZ (bit 15) | DAZ (bit 6)
+unsigned read() { return _mm_getcsr(); }
+void write(unsigned csr) { _mm_setcsr(csr); }
+#else
+constexpr unsigned kBits = 0;
+unsigned read() { return 0; }
+void write(unsigned) {}
+#endif
+
+// What this thread's OpenMP team was last given: the pool size and whether kiln set
+// the mode on it.
+struct Team {
+  int threads = 0;
+  bool on = false;
+};
+thread_local Team team;
+
+// On: sets the bits on the team's workers (once per pool size). Off: clears them only
+// where kiln set them, so a mode of the program's own stays.
+void set_team(bool on) {
+  if (kBits == 0 || detail::in_parallel_region()) return;
+  const int n = num_threads();
+  if (on ? team.on && team.threads == n : !team.on) return;
+#pragma omp parallel num_threads(n)
+  {
+    if (omp_get_thread_num() != 0) write(on ? read() | kBits : read() & ~kBits);
+  }
+  team = {n, on};
+}
+
+}  // namespace
+
+void set_flush_denormals(bool on) { mode().store(on, std::memory_order_relaxed); }
+bool flush_denormals() { return mode().load(std::memory_order_relaxed); }
+
+namespace detail {
+
+DenormalScope::DenormalScope() {
+  if (kBits == 0) return;
+  const bool on = flush_denormals();
+  set_team(on);
+  const unsigned csr = read();
+  if (!on || (csr & kBits) == kBits) return;
+  saved_ = csr;
+  restore_ = true;
+  write(csr | kBits);
+}
+
+DenormalScope::~DenormalScope() {
+  if (restore_) write(saved_);
+}
+
+void apply_denormal_mode_on_worker() {
+  if (kBits == 0 || !flush_denormals()) return;
+  const unsigned csr = read();
+  if ((csr & kBits) != kBits) write(csr | kBits);
+}
+
+}  // namespace detail
+}  // namespace kiln
