@@ -11,8 +11,16 @@
 //     [rows, 512] (the normalisation pattern fusion's case);
 //   model_train_step/cnn:<0|1>/batch:<128|32>: Model::train_step of the built-in mlp
 //     (0) or cnn (1) at batch 128 (bench/train_compare.sh's) and 32 (fit's default),
-//     traced (fit's default) vs run_eagerly.
+//     traced (fit's default) vs run_eagerly;
+//   mlp_step_floor/<batch>: what no implementation of that mlp step can beat on this
+//     machine (no peer): its GEMMs' multiply-adds as register FMAs on every thread (the
+//     FMA peak) plus its Adam update's memory traffic with the arithmetic cut to FMAs.
 // Run: build/default/bin/bench_graph --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+#include <immintrin.h>
+#include <omp.h>
+
+#include <chrono>
+
 #include "kiln/autodiff/tape.h"
 #include "kiln/graph/function.h"
 #include "kiln/kiln.h"
@@ -179,8 +187,58 @@ void model_train_step(benchmark::State& st, bool traced) {
   for (auto _ : st) benchmark::DoNotOptimize(m->train_step({x}, {y}));
 }
 
+// Multiply-adds at the FMA peak: 12 independent 8-float chains per thread (two FMA
+// pipes x 4-6 cycles of latency), no memory traffic. Returns a value that depends on
+// every chain.
+float fma_chains(int64_t flops) {
+  float sink = 0;
+#pragma omp parallel reduction(+ : sink)
+  {
+    const int64_t steps = flops / (12 * 16) / omp_get_num_threads();
+    __m256 a[12];
+    for (int k = 0; k < 12; ++k) a[k] = _mm256_set1_ps(1.0f + 0.1f * k + 0.01f * omp_get_thread_num());
+    const __m256 mul = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
+    for (int64_t i = 0; i < steps; ++i)
+      for (auto& x : a) x = _mm256_fmadd_ps(x, mul, add);
+    for (int k = 1; k < 12; ++k) a[0] = _mm256_add_ps(a[0], a[k]);
+    sink += _mm256_cvtss_f32(a[0]);
+  }
+  return sink;
+}
+
+void mlp_step_floor(benchmark::State& st) {
+  const int64_t b = st.range(0);
+  // Forward x@w1, h1@w2, h2@w3; the weight gradients of all three; the input gradients
+  // of the second and third layers (the first layer's input needs none).
+  const int64_t flops = 2 * b * (2 * 784 * 256 + 3 * 256 * 128 + 3 * 128 * 10);
+  const size_t n = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10;
+  std::vector<float> p(n, 0.5f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
+  double fma_s = 0, adam_s = 0;
+  for (auto _ : st) {
+    const auto t0 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(fma_chains(flops));
+    const auto t1 = std::chrono::steady_clock::now();
+    float *pp = p.data(), *gp = g.data(), *mp = m.data(), *vp = v.data();
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = gp[i], mi = 0.9f * mp[i] + 0.1f * gi, vi = 0.999f * vp[i] + 0.001f * gi * gi;
+      mp[i] = mi;
+      vp[i] = vi;
+      pp[i] -= 1e-3f * (mi + vi);
+    }
+    benchmark::ClobberMemory();
+    fma_s += std::chrono::duration<double>(t1 - t0).count();
+    adam_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  }
+  const double iters = static_cast<double>(st.iterations());
+  st.counters["gemm_us"] = fma_s / iters * 1e6;
+  st.counters["adam_us"] = adam_s / iters * 1e6;
+  st.counters["FMA_GFLOPs"] = static_cast<double>(flops) / (fma_s / iters) / 1e9;
+}
+
 }  // namespace
 
+BENCHMARK(mlp_step_floor)->Arg(32)->Arg(128)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(model_train_step, kiln, true)
     ->ArgNames({"cnn", "batch"})
     ->ArgsProduct({{0, 1}, {128, 32}})
