@@ -5,10 +5,10 @@
 // and DAZ bits), as TensorFlow's CPU runtime does: arithmetic that reads or makes a
 // number below the smallest normal float (1.18e-38 for f32, 2.2e-308 for f64) costs
 // many times a normal operation on x86 cores, and training makes such numbers as
-// losses fall and Adam's moments of small gradients decay (the traced mlp step at batch
-// 32 on a fixed batch measured 280-300 us without against 240 us with, and slowed to
-// 600-700 us in longer runs; docs/benchmarks.md, session 18). With it on, such values
-// read and produced by arithmetic are zero; nothing else changes.
+// losses fall and Adam's moments of small gradients decay (the traced mlp step's
+// 784x256 Adam update after 3000 steps: 55-59 us without, 35-42 us with, and 225-237 us
+// in two runs without; docs/benchmarks.md, session 18). With it on, such values read
+// and produced by arithmetic are zero; nothing else changes.
 //
 // On by default; KILN_FLUSH_DENORMALS=0 (read once) or set_flush_denormals(false)
 // turns it off. Where: on the calling thread while a kiln op or graph runs (its own
