@@ -237,16 +237,20 @@ TEST(PassesTest, FusesConvMaxPool) {
 // layer's filter gradient reads the mask (fused_conv2d_backward_filter pool_mask), the
 // second's pool gradient too (max_pool2d_backward_mask); gradients equal the unfused
 // graph's on ties (integer-valued inputs). Without the ReLU, the same; with an extra
-// reader of a convolution's output, conv_output instead; odd sizes, neither.
+// reader of a convolution's output, or that output also a graph output, conv_output
+// instead (and the convolution runs once); odd sizes, neither.
 TEST(PassesTest, TrainStepPoolsKeepMasksNotConvolutionOutputs) {
   struct Case {
     Shape x;
     bool relu, extra_reader;
     int masks, conv_outputs;
+    bool output_c2 = false;
   };
   for (const Case& c : {Case{{2, 12, 12, 1}, true, false, 2, 0}, Case{{3, 8, 12, 1}, false, false, 2, 0},
-                        Case{{2, 12, 12, 1}, true, true, 1, 1}, Case{{2, 14, 14, 1}, true, false, 1, 0}}) {
-    SCOPED_TRACE(c.x.str() + (c.relu ? " relu" : "") + (c.extra_reader ? " extra reader" : ""));
+                        Case{{2, 12, 12, 1}, true, true, 1, 1}, Case{{2, 14, 14, 1}, true, false, 1, 0},
+                        Case{{2, 12, 12, 1}, true, false, 1, 1, true}}) {
+    SCOPED_TRACE(c.x.str() + (c.relu ? " relu" : "") + (c.extra_reader ? " extra reader" : "") +
+                 (c.output_c2 ? " c2 an output" : ""));
     ops::Conv2dOptions same;
     same.padding = "same";
     const Tensor w1 = ops::round(rand_tensor({3, 3, 1, 16}, DType::kF32, -1.4, 1.4, 61));
@@ -264,7 +268,9 @@ TEST(PassesTest, TrainStepPoolsKeepMasksNotConvolutionOutputs) {
           Tensor p = ops::max_pool2d(c2, {2, 2}, {2, 2}, "valid");
           Tensor loss = ops::sum(ops::mul(ops::square(p), a[5]));  // its gradient reads p: the pool stays
           if (c.extra_reader) loss = ops::add(loss, ops::sum(ops::exp(ops::neg(ops::abs(c2)))));
-          return tape.gradient(loss, {a[1], a[2], a[3], a[4]});
+          std::vector<Tensor> out = tape.gradient(loss, {a[1], a[2], a[3], a[4]});
+          if (c.output_c2) out.push_back(c2);
+          return out;
         },
         {ops::ones(c.x), w1, w2, b1, b2, ops::ones({c.x[0], c.x[1] / 4, c.x[2] / 4, 32})});
     const Tensor x = ops::round(rand_tensor(c.x, DType::kF32, -1.4, 1.4, 65));
@@ -280,6 +286,7 @@ TEST(PassesTest, TrainStepPoolsKeepMasksNotConvolutionOutputs) {
     }
     EXPECT_EQ(masks, c.masks) << g.str();
     EXPECT_EQ(conv_outputs, c.conv_outputs) << g.str();
+    EXPECT_EQ(g.count_ops("fused_conv2d") + g.count_ops("conv2d"), 2) << g.str();  // one per layer
     {  // KILN_POOL_MASK=0: conv_output where the mask would be
       testing::ScopedEnv off("KILN_POOL_MASK", "0");
       Graph h = traced_step;

@@ -9,7 +9,8 @@
 // the forward has it, or fused_conv2d_backward_filter), the second output is the pool's
 // argmax mask instead (attr pool_mask, u8 of the pooled shape) and they read that
 // (max_pool2d_backward_mask; fused_conv2d_backward_filter with pool_mask): the
-// convolution's output is never written (KILN_POOL_MASK=0: conv_output). Level 2, after
+// convolution's output is never written (KILN_POOL_MASK=0, or that output also a graph
+// output or an assigned value: conv_output). Level 2, after
 // matmul_bias_activation_fusion (which makes the fused_conv2d of conv2d -> relu) and
 // the pool-backward fusions (which match the unfused convolution), before dead-code
 // elimination (which drops the convolution the fused node replaces).
@@ -103,9 +104,14 @@ void fuse_conv_pool(Graph& g) {
     for (size_t j = i + 1; keep && j < g.nodes.size(); ++j)
       if (live[j] && std::find(g.nodes[j].inputs.begin(), g.nodes[j].inputs.end(), cv) != g.nodes[j].inputs.end())
         readers.push_back(j);
-    const bool mask = keep && masks_enabled() && std::all_of(readers.begin(), readers.end(), [&](size_t j) {
-                        return mask_serves(g.nodes[j], cv, relu);
-                      });
+    // A graph output or assigned value needs the convolution's output itself: with the
+    // mask the unfused convolution would stay alive for it and run a second time.
+    const bool external =
+        std::find(g.outputs.begin(), g.outputs.end(), cv) != g.outputs.end() ||
+        std::any_of(g.assignments.begin(), g.assignments.end(), [&](const Assignment& a) { return a.value == cv; });
+    const bool mask =
+        keep && !external && masks_enabled() &&
+        std::all_of(readers.begin(), readers.end(), [&](size_t j) { return mask_serves(g.nodes[j], cv, relu); });
     Node f = conv;
     f.op = &fused;
     f.attrs.set("max_pool", int64_t{2});
