@@ -33,26 +33,12 @@ unsigned read() { return 0; }
 void write(unsigned) {}
 #endif
 
-// What this thread's OpenMP team was last given: the pool size and whether kiln set
-// the mode on it.
+// What this thread's OpenMP team was last given: its size and the mode.
 struct Team {
   int threads = 0;
   bool on = false;
 };
 thread_local Team team;
-
-// On: sets the bits on the team's workers (once per pool size). Off: clears them only
-// where kiln set them, so a mode of the program's own stays.
-void set_team(bool on) {
-  if (kBits == 0 || detail::in_parallel_region()) return;
-  const int n = num_threads();
-  if (on ? team.on && team.threads == n : !team.on) return;
-#pragma omp parallel num_threads(n)
-  {
-    if (omp_get_thread_num() != 0) write(on ? read() | kBits : read() & ~kBits);
-  }
-  team = {n, on};
-}
 
 }  // namespace
 
@@ -62,11 +48,9 @@ bool flush_denormals() { return mode().load(std::memory_order_relaxed); }
 namespace detail {
 
 DenormalScope::DenormalScope() {
-  if (kBits == 0) return;
-  const bool on = flush_denormals();
-  set_team(on);
+  if (kBits == 0 || !flush_denormals()) return;
   const unsigned csr = read();
-  if (!on || (csr & kBits) == kBits) return;
+  if ((csr & kBits) == kBits) return;
   saved_ = csr;
   restore_ = true;
   write(csr | kBits);
@@ -77,9 +61,21 @@ DenormalScope::~DenormalScope() {
 }
 
 void apply_denormal_mode_on_worker() {
-  if (kBits == 0 || !flush_denormals()) return;
-  const unsigned csr = read();
-  if ((csr & kBits) != kBits) write(csr | kBits);
+  if (kBits == 0) return;
+  const unsigned csr = read(), want = flush_denormals() ? csr | kBits : csr & ~kBits;
+  if (csr != want) write(want);
+}
+
+void prepare_denormal_team() {
+  if (kBits == 0 || in_parallel_region()) return;
+  const int n = omp_get_max_threads();
+  const bool on = flush_denormals();
+  if (team.threads == n && team.on == on) return;
+#pragma omp parallel num_threads(n)
+  {
+    if (omp_get_thread_num() != 0) apply_denormal_mode_on_worker();
+  }
+  team = {n, on};
 }
 
 }  // namespace detail

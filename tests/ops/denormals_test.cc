@@ -79,6 +79,22 @@ TEST_F(Denormals, OffKeepsThemAndOnAgainReachesNewWorkers) {
   EXPECT_EQ(count(ops::add(tiny, tiny), 0.0f), kBig);
 }
 
+// oneDNN's primitives run on the pool's workers too: an eager 64x64x64 matmul (oneDNN,
+// on two threads) of 1e-20 x 1e-19 sums 64 products of 1e-39, each flushed to zero with
+// the mode on. Off first, so that the workers start without it and only kiln can give
+// it to them (inputs copied in: no parallel loop of kiln's runs before the matmul).
+TEST_F(Denormals, OneDnnPrimitivesFlushThemOnEveryThread) {
+  set_num_threads(2);
+  const Tensor a = Tensor::from_vector<float>(std::vector<float>(64 * 64, 1e-20f), {64, 64});
+  const Tensor b = Tensor::from_vector<float>(std::vector<float>(64 * 64, 1e-19f), {64, 64});
+  set_flush_denormals(false);
+  const Tensor kept = ops::matmul(a, b);
+  EXPECT_EQ(count(kept, 0.0f), 0);
+  EXPECT_NEAR(kept.data<float>()[64 * 64 - 1], 6.4e-38f, 1e-40f);
+  set_flush_denormals(true);
+  EXPECT_EQ(count(ops::matmul(a, b), 0.0f), 64 * 64);
+}
+
 TEST_F(Denormals, GraphsFlushThem) {
   Function f = function([](const std::vector<Tensor>& x) { return std::vector<Tensor>{ops::add(x[0], x[0])}; });
   const Tensor tiny = denormals();

@@ -12,20 +12,18 @@
 //
 // On by default; KILN_FLUSH_DENORMALS=0 (read once) or set_flush_denormals(false)
 // turns it off. Where: on the calling thread while a kiln op or graph runs (its own
-// mode is restored when the call returns), and on the intra-op pool's worker threads
-// (kiln/core/parallel.h) from the first op a thread calls until the mode is turned
-// off: code of your own that runs on that OpenMP pool meanwhile sees it too. Off,
-// kiln leaves every thread's mode as the program set it. x86-64 only; elsewhere a
-// no-op.
+// mode is restored when the call returns; off, it is left as the program set it), and
+// on the worker threads of the OpenMP pool (kiln/core/parallel.h) that kiln's parallel
+// loops and oneDNN's primitives run on, which follow the mode (code of your own that
+// runs on that pool sees it too). x86-64 only; elsewhere a no-op.
 namespace kiln {
 
 void set_flush_denormals(bool on);
 bool flush_denormals();
 
 namespace detail {
-// For the lifetime of the scope, the calling thread computes in kiln's denormal mode;
-// the first scope on a thread (and the first after the mode or the pool size changed)
-// also sets it on that thread's OpenMP team. Nests; cheap when already set.
+// For the lifetime of the scope the calling thread computes in kiln's mode (when on).
+// Nests; cheap when already set.
 class DenormalScope {
  public:
   DenormalScope();
@@ -40,6 +38,11 @@ class DenormalScope {
 
 // Inside a parallel region, on a worker thread: takes kiln's mode if it differs.
 void apply_denormal_mode_on_worker();
+
+// Before a parallel region kiln does not open itself (oneDNN's): gives the calling
+// thread's OpenMP team kiln's mode, once per team size and mode. Threads that never
+// run one make no team.
+void prepare_denormal_team();
 }  // namespace detail
 
 }  // namespace kiln

@@ -8,6 +8,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "kiln/core/denormals.h"
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/shape.h"
@@ -23,6 +24,7 @@ dnnl::engine& engine() {
 }
 
 dnnl::stream& stream() {
+  kiln::detail::prepare_denormal_team();  // oneDNN's parallel regions run on this thread's team
   thread_local dnnl::stream s(engine());
   return s;
 }
