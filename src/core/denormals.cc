@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 
@@ -33,7 +34,8 @@ unsigned read() { return 0; }
 void write(unsigned) {}
 #endif
 
-// What this thread's OpenMP team was last given: its size and the mode.
+// What this thread's OpenMP team was last given: the most threads and the mode (a
+// smaller team, as inside onednn::SerialScope, is part of it).
 struct Team {
   int threads = 0;
   bool on = false;
@@ -70,12 +72,12 @@ void prepare_denormal_team() {
   if (kBits == 0 || in_parallel_region()) return;
   const int n = omp_get_max_threads();
   const bool on = flush_denormals();
-  if (team.threads == n && team.on == on) return;
+  if (team.on == on && team.threads >= n) return;
 #pragma omp parallel num_threads(n)
   {
     if (omp_get_thread_num() != 0) apply_denormal_mode_on_worker();
   }
-  team = {n, on};
+  team = {team.on == on ? std::max(team.threads, n) : n, on};
 }
 
 }  // namespace detail

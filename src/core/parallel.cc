@@ -83,9 +83,7 @@ void parallel_for_impl(int64_t n, int64_t grain, const std::function<void(int64_
   {
     int t = omp_get_thread_num();
     int T = omp_get_num_threads();
-    if (t != 0)
-      apply_denormal_mode_on_worker();  // a worker the team set-up has not seen  // a worker the team set-up has not
-                                        // seen
+    if (t != 0) apply_denormal_mode_on_worker();  // workers follow kiln's mode (kiln/core/denormals.h)
     int64_t begin = n * t / T, end = n * (t + 1) / T;
     if (begin < end) fn(begin, end);
   }

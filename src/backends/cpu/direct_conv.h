@@ -56,7 +56,7 @@ bool uses_winograd(const Problem& p);
 // oneDNN where oneDNN runs AVX-512 (onednn::runs_avx512()) and KILN_DIRECT_CONV is
 // not 1: on such a CPU (a Zen 4 here) oneDNN's direct convolution reaches the FMA
 // peak and the tile does not (3x3 32->64, batch 1-64: forward 0.5-0.9x, backward data
-// 0.45-0.85x oneDNN), while Winograd (1.1-1.6x from batch 8), the small-channel tile
+// 0.45-0.85x oneDNN), while Winograd (1.0-1.6x at batch 8-128), the small-channel tile
 // (1.6x) and the filter gradient's tiles (level) still hold (docs/benchmarks.md,
 // session 18).
 bool uses_general_tile(const Problem& p);
