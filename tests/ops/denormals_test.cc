@@ -7,7 +7,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cfloat>
 #include <thread>
 
 #include "kiln/core/parallel.h"
