@@ -5,6 +5,7 @@
 // first permutes the collapsed dims (`dims`, `perm`) so that they become one block.
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "kiln/core/error.h"
 #include "kiln/core/op_registry.h"
@@ -26,12 +27,14 @@ struct ReductionAxes {
 };
 
 inline ReductionAxes reduction_axes(const Attrs& attrs, int rank) {
+  static const std::vector<int64_t> kAll;                                                 // no axes: every dim
+  const std::vector<int64_t>& given = attrs.has("axes") ? attrs.get_ints("axes") : kAll;  // not copied
   ReductionAxes axes;
-  if (!attrs.has("axes") || attrs.get_ints("axes").empty()) {
+  if (given.empty()) {
     for (int i = 0; i < rank; ++i) axes.push_back(i);
     return axes;
   }
-  for (int64_t a : attrs.get_ints("axes")) axes.push_back(normalize_axis(a, rank, "reduction axis"));
+  for (int64_t a : given) axes.push_back(normalize_axis(a, rank, "reduction axis"));
   std::sort(axes.v, axes.v + axes.n);
   return axes;
 }
