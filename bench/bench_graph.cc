@@ -22,6 +22,7 @@
 #include <chrono>
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/core/tensor_spec.h"
 #include "kiln/graph/function.h"
 #include "kiln/kiln.h"
 #include "kiln/train/layers.h"

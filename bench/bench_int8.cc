@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/dispatch.h"
+#include "kiln/core/op_def.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

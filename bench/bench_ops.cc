@@ -22,6 +22,8 @@
 
 #include "backends/cpu/packed_gemm.h"
 #include "backends/cpu/vecmath.h"
+#include "kiln/core/dispatch.h"
+#include "kiln/core/op_def.h"
 #include "kiln/graph/function.h"
 #include "kiln/kiln.h"
 #include "kiln/ops/nn_grad.h"

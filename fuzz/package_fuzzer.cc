@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   package::ModelPackageProto pkg;
   if (!pkg.ParseFromArray(data, static_cast<int>(size))) return 0;
   try {
-    (void)package::internal::load_signatures(pkg, weights, "<fuzz>", graph::kDefaultLevel);
+    (void)package::internal::load_signatures(pkg, weights, "<fuzz>", graph::PassOptions{});
   } catch (const Error&) {
   }  // anything else escapes and is reported as a crash
   return 0;

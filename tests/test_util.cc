@@ -5,7 +5,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kiln/core/dtype.h"
+#include "kiln/core/npy.h"
 #include "kiln/core/random.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::testing {
 
@@ -48,6 +52,15 @@ void write_bytes(const std::string& path, const std::string& bytes) {
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   f.close();
   EXPECT_TRUE(f.good()) << "cannot write " << path;
+}
+
+const char* direct_conv_name(DirectConv d) {
+  switch (d) {
+    case DirectConv::kOff: return "off";
+    case DirectConv::kAuto: return "auto";
+    case DirectConv::kForceTile: return "force-tile";
+  }
+  return "?";
 }
 
 }  // namespace kiln::testing

@@ -2,10 +2,13 @@
 // Shared test helpers: fixtures, tolerances, typed-error assertions.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
-#include "kiln/kiln.h"
+#include "kiln/core/error.h"
+#include "kiln/core/flags.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::testing {
 
@@ -24,6 +27,26 @@ template <typename T>
 Tensor make(std::vector<T> v, Shape s) {
   return Tensor::from_vector<T>(v, s);
 }
+
+// Kernel preferences (kiln/core/flags.h) changed for a scope and restored after it:
+//   ScopedKernelPreferences off([](KernelPreferences& k) { k.winograd = false; });
+class ScopedKernelPreferences {
+ public:
+  explicit ScopedKernelPreferences(const std::function<void(KernelPreferences&)>& edit)
+      : saved_(kernel_preferences()) {
+    KernelPreferences p = saved_;
+    edit(p);
+    set_kernel_preferences(p);
+  }
+  ~ScopedKernelPreferences() { set_kernel_preferences(saved_); }
+  ScopedKernelPreferences(const ScopedKernelPreferences&) = delete;
+  ScopedKernelPreferences& operator=(const ScopedKernelPreferences&) = delete;
+
+ private:
+  KernelPreferences saved_;
+};
+// The preference's name for test traces: "off", "auto", "force-tile".
+const char* direct_conv_name(DirectConv d);
 
 // A fresh directory under the system temp dir ("kiln_<tag>.XXXXXX"), removed with its
 // contents when the object goes.

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "kiln/core/dispatch.h"
 #include "kiln/core/error.h"
+#include "kiln/core/op_def.h"
 #include "kiln/ops.h"
 
 namespace kiln {

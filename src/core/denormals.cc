@@ -1,12 +1,13 @@
+
+
+
 #include "kiln/core/denormals.h"
-
-#include <omp.h>
-
+#include "kiln/core/flags.h"
+#include "kiln/core/parallel.h"
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-
-#include "kiln/core/parallel.h"
+#include <omp.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -17,10 +18,7 @@ namespace kiln {
 namespace {
 
 std::atomic<bool>& mode() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("KILN_FLUSH_DENORMALS");
-    return !(v && v[0] == '0');
-  }()};
+  static std::atomic<bool> on{flags().flush_denormals};
   return on;
 }
 

@@ -1,13 +1,14 @@
+
+
+
 #include "kiln/core/device.h"
-
-#include <dlfcn.h>
-
+#include "kiln/core/error.h"
+#include "kiln/core/flags.h"
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <dlfcn.h>
 #include <mutex>
-
-#include "kiln/core/error.h"
 
 namespace kiln {
 namespace {
@@ -32,8 +33,7 @@ std::string runtime_dir() {
 // provider and the CUDA kernels. The handle stays open for the life of the process.
 void load_cuda_plugin() {
   if (g_backends[static_cast<int>(DeviceType::kCUDA)].load()) return;  // linked in directly
-  const char* env = std::getenv("KILN_CUDA_PLUGIN");
-  std::string path = env ? env : "";
+  std::string path = flags().cuda_plugin;
   if (path == "none") {
     g_cuda_reason = "the CUDA backend is disabled (KILN_CUDA_PLUGIN=none)";
     return;

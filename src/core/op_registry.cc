@@ -1,316 +1,96 @@
-#include "kiln/core/op_registry.h"
+#include "kiln/core/op_def.h"
 
-#include <sstream>
+#include <algorithm>
 
-#include "kiln/core/denormals.h"
-#include "kiln/core/kernel_cache.h"
+#include "kiln/core/error.h"
 
 namespace kiln {
-
-// ---- Attrs -------------------------------------------------------------------------
-
-void Attrs::set(std::string name, AttrValue v) {
-  for (auto& [k, val] : items_)
-    if (k == name) {
-      val = std::move(v);
-      return;
-    }
-  items_.emplace_back(std::move(name), std::move(v));
-}
-
-const AttrValue* Attrs::find(std::string_view name) const {
-  for (auto& [k, v] : items_)
-    if (k == name) return &v;
-  return nullptr;
-}
-
-const AttrValue& Attrs::require(std::string_view name) const {
-  const AttrValue* v = find(name);
-  if (!v) throw InvalidArgumentError("missing attribute '" + std::string(name) + "'");
-  return *v;
-}
-
-namespace {
-template <typename T>
-const T& as(const AttrValue& v, std::string_view name, const char* type) {
-  if (const T* p = std::get_if<T>(&v)) return *p;
-  throw InvalidArgumentError("attribute '" + std::string(name) + "' must be " + type);
-}
-}  // namespace
-
-int64_t Attrs::get_int(std::string_view n) const {
-  const AttrValue& v = require(n);
-  if (const bool* b = std::get_if<bool>(&v)) return *b;
-  return as<int64_t>(v, n, "an integer");
-}
-int64_t Attrs::get_int(std::string_view n, int64_t d) const { return has(n) ? get_int(n) : d; }
-double Attrs::get_float(std::string_view n) const {
-  const AttrValue& v = require(n);
-  if (const int64_t* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
-  return as<double>(v, n, "a number");
-}
-double Attrs::get_float(std::string_view n, double d) const { return has(n) ? get_float(n) : d; }
-bool Attrs::get_bool(std::string_view n, bool d) const {
-  const AttrValue* v = find(n);
-  if (!v) return d;
-  if (const int64_t* i = std::get_if<int64_t>(v)) return *i != 0;
-  return as<bool>(*v, n, "a bool");
-}
-const std::string& Attrs::get_string(std::string_view n) const { return as<std::string>(require(n), n, "a string"); }
-std::string Attrs::get_string(std::string_view n, const std::string& d) const { return has(n) ? get_string(n) : d; }
-const std::vector<int64_t>& Attrs::get_ints(std::string_view n) const {
-  return as<std::vector<int64_t>>(require(n), n, "a list of integers");
-}
-std::vector<int64_t> Attrs::get_ints(std::string_view n, const std::vector<int64_t>& d) const {
-  return has(n) ? get_ints(n) : d;
-}
-DType Attrs::get_dtype(std::string_view n) const { return as<DType>(require(n), n, "a dtype"); }
-DType Attrs::get_dtype(std::string_view n, DType d) const { return has(n) ? get_dtype(n) : d; }
-
-std::string Attrs::str() const {
-  std::ostringstream os;
-  os << '{';
-  bool first = true;
-  for (auto& [k, v] : items_) {
-    os << (first ? "" : ", ") << k << '=';
-    first = false;
-    std::visit(
-        [&](const auto& x) {
-          using T = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-            os << '[';
-            for (size_t i = 0; i < x.size(); ++i) os << (i ? "," : "") << x[i];
-            os << ']';
-          } else if constexpr (std::is_same_v<T, DType>) {
-            os << dtype_name(x);
-          } else {
-            os << x;
-          }
-        },
-        v);
-  }
-  os << '}';
-  return os.str();
-}
-
-// ---- Registry ----------------------------------------------------------------------
 
 OpRegistry& OpRegistry::global() {
   static OpRegistry* r = new OpRegistry();  // never destroyed: kernels may run during exit
   return *r;
 }
 
-OpDef& OpRegistry::def(const std::string& name) {
+OpDef& OpRegistry::slot(std::string_view name) {
   auto it = ops_.find(name);
   if (it == ops_.end()) {
-    it = ops_.emplace(name, OpDef{}).first;
-    it->second.name = name;
+    it = ops_.emplace(std::string(name), Entry{}).first;
+    it->second.def.name = std::string(name);
   }
-  return it->second;
+  return it->second.def;
 }
 
-const OpDef* OpRegistry::find(const std::string& name) const {
+const OpDef* OpRegistry::find(std::string_view name) const {
   auto it = ops_.find(name);
-  return it == ops_.end() ? nullptr : &it->second;
+  return it == ops_.end() || !it->second.defined ? nullptr : &it->second.def;
 }
 
-const OpDef& OpRegistry::get(const std::string& name) const {
+const OpDef& OpRegistry::get(std::string_view name) const {
   const OpDef* d = find(name);
-  if (!d || !d->infer) throw NotFoundError("no op named '" + name + "' is registered");
+  if (!d) throw NotFoundError(detail::str_cat("no op named '", name, "' is registered"));
   return *d;
 }
 
-void OpRegistry::register_kernel(const std::string& op, DeviceType dev, DType dt, KernelFn fn) {
-  def(op).kernels[static_cast<int>(dev)][static_cast<int>(dt)] = fn;
+void OpRegistry::define(OpDef d) {
+  auto it = ops_.find(d.name);
+  if (it == ops_.end()) it = ops_.emplace(d.name, Entry{}).first;
+  Entry& e = it->second;
+  KILN_CHECK_INTERNAL(!e.defined, "op '", d.name, "' is defined twice");
+  // Kernels and a vjp may have registered first.
+  d.kernels_ = e.def.kernels_;
+  if (e.def.vjp) d.vjp = e.def.vjp;
+  e.def = std::move(d);
+  e.defined = true;
 }
+
+void OpRegistry::register_kernel(std::string_view op, DeviceType dev, DType dt, KernelFn fn) {
+  slot(op).kernels_[static_cast<int>(dev)][static_cast<int>(dt)] = fn;
+}
+
+void OpRegistry::register_vjp(std::string_view op, VjpFn fn) { slot(op).vjp = fn; }
 
 std::vector<const OpDef*> OpRegistry::all() const {
   std::vector<const OpDef*> v;
-  for (auto& [k, d] : ops_)
-    if (d.infer) v.push_back(&d);
+  for (auto& [k, e] : ops_)
+    if (e.defined) v.push_back(&e.def);
   return v;
 }
 
-OpRegistration::OpRegistration(OpDef d) {
-  OpDef& slot = OpRegistry::global().def(d.name);
-  auto kernels = slot.kernels;  // kernels and vjps may have registered first
-  VjpFn vjp = slot.vjp;
-  slot = std::move(d);
-  slot.kernels = kernels;
-  if (vjp) slot.vjp = vjp;
+bool OpDef::has_kernels(DeviceType dev) const {
+  const auto& row = kernels_[static_cast<int>(dev)];
+  return std::any_of(row.begin(), row.end(), [](KernelFn k) { return k != nullptr; });
 }
+
+std::vector<std::string> OpRegistry::verify(std::span<const std::string_view> expected) const {
+  std::vector<std::string> problems;
+  for (const auto& [name, e] : ops_) {
+    if (!e.defined) {
+      for (int dev = 0; dev < kNumDeviceTypes; ++dev)
+        if (e.def.has_kernels(static_cast<DeviceType>(dev)))
+          problems.push_back(detail::str_cat("a ", device_type_name(static_cast<DeviceType>(dev)),
+                                             " kernel is registered for '", name, "', which no op defines"));
+      if (e.def.vjp) problems.push_back(detail::str_cat("a vjp is registered for '", name, "', which no op defines"));
+      continue;
+    }
+    if (!e.def.infer) problems.push_back(detail::str_cat("op '", name, "' has no shape inference"));
+    if (!e.def.has_kernels(DeviceType::kCPU)) problems.push_back(detail::str_cat("op '", name, "' has no CPU kernel"));
+  }
+  for (std::string_view name : expected)
+    if (!find(name)) problems.push_back(detail::str_cat("op '", name, "' is named but not defined"));
+  return problems;
+}
+
+OpRegistration::OpRegistration(OpDef d) { OpRegistry::global().define(std::move(d)); }
+
+VjpRegistration::VjpRegistration(const char* op, VjpFn fn) { OpRegistry::global().register_vjp(op, fn); }
 
 KernelRegistration::KernelRegistration(const char* op, DeviceType dev, std::initializer_list<DType> dtypes,
                                        KernelFn fn) {
   for (DType t : dtypes) OpRegistry::global().register_kernel(op, dev, t, fn);
 }
-VjpRegistration::VjpRegistration(const char* op, VjpFn fn) { OpRegistry::global().def(op).vjp = fn; }
 
 KernelRegistration::KernelRegistration(const char* op, DeviceType dev, DType dtype, KernelFn fn) {
   OpRegistry::global().register_kernel(op, dev, dtype, fn);
-}
-
-// ---- Dispatch ----------------------------------------------------------------------
-
-namespace {
-thread_local OpObserver* t_observer = nullptr;
-}
-
-OpObserver* set_op_observer(OpObserver* o) {
-  OpObserver* prev = t_observer;
-  t_observer = o;
-  return prev;
-}
-
-OpObserver* op_observer() { return t_observer; }
-
-void notify_op_observer(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
-                        const Attrs& attrs) {
-  if (t_observer) t_observer->on_op(op, inputs, outputs, attrs);
-}
-
-namespace {
-constexpr int kInlineInputs = 8;
-
-bool overlap(const Tensor& a, const Tensor& b) {
-  if (a.storage() != b.storage() || a.nbytes() == 0 || b.nbytes() == 0) return false;
-  const auto* pa = static_cast<const char*>(a.raw_data());
-  const auto* pb = static_cast<const char*>(b.raw_data());
-  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
-}
-
-// call_op_into's outputs: as inferred, on `device`, sharing memory with an input only as
-// that input itself where op.overwritable allows.
-void check_given_outputs(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> given,
-                         const std::vector<TensorMeta>& want, const Device& device) {
-  if (given.size() != want.size())
-    throw InvalidArgumentError(
-        detail::str_cat("op '", op.name, "' has ", want.size(), " outputs, call_op_into got ", given.size()));
-  for (size_t k = 0; k < given.size(); ++k) {
-    const Tensor& o = given[k];
-    if (!o.defined() || o.shape() != want[k].shape || o.dtype() != want[k].dtype || o.device() != device)
-      throw InvalidArgumentError(detail::str_cat(
-          "op '", op.name, "': output ", k, " must be ", dtype_name(want[k].dtype), want[k].shape.str(), " on ",
-          device.str(), ", got ",
-          o.defined() ? detail::str_cat(dtype_name(o.dtype()), o.shape().str(), " on ", o.device().str())
-                      : std::string("an undefined tensor")));
-    for (size_t j = 0; j < inputs.size(); ++j)
-      if (overlap(o, inputs[j]) &&
-          !(o.is_same(inputs[j]) && op.may_overwrite(static_cast<int>(k), static_cast<int>(j))))
-        throw InvalidArgumentError(detail::str_cat("op '", op.name, "': output ", k, " shares memory with input ", j,
-                                                   ", which it may not overwrite"));
-    for (size_t q = 0; q < k; ++q)
-      if (overlap(o, given[q]))
-        throw InvalidArgumentError(detail::str_cat("op '", op.name, "': outputs ", q, " and ", k, " share memory"));
-  }
-}
-
-// Runs op; outputs go into `outs`, allocated here unless `given` (call_op_into).
-void run(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, Device device, std::vector<Tensor>& outs,
-         std::span<Tensor> given = {}, bool into = false) {
-  if (op.num_inputs >= 0 && static_cast<int>(inputs.size()) != op.num_inputs)
-    throw InvalidArgumentError(detail::str_cat("op '", op.name, "' takes ", op.num_inputs, " inputs, got ", inputs.size()));
-  TensorMeta inline_meta[kInlineInputs];
-  std::vector<TensorMeta> heap_meta;
-  TensorMeta* meta = inline_meta;
-  if (inputs.size() > kInlineInputs) {
-    heap_meta.resize(inputs.size());
-    meta = heap_meta.data();
-  }
-  // A one-element CPU tensor among inputs on another device (a Python-like scalar, as
-  // in `x * 2.0`) is copied to that device, as PyTorch does for 0-d CPU tensors.
-  std::vector<Tensor> moved;
-  for (const Tensor& t : inputs) {
-    if (!t.defined() || t.device().type == DeviceType::kCPU) continue;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const Tensor& c = inputs[i];
-      if (!c.defined() || c.device().type != DeviceType::kCPU || c.numel() != 1) continue;
-      if (moved.empty()) moved.assign(inputs.begin(), inputs.end());
-      moved[i] = c.to(t.device());
-    }
-    if (!moved.empty()) inputs = moved;
-    break;
-  }
-  if (!inputs.empty()) device = inputs[0].device();
-  bool mixed_cpu = false;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor& t = inputs[i];
-    if (!t.defined()) throw InvalidArgumentError(detail::str_cat("op '", op.name, "': input ", i, " is undefined"));
-    if (t.device() != device) {
-      // Logical CPU devices (kiln/core/device_config.h) all hold host memory, so a CPU
-      // kernel reads any of them; other devices must match exactly.
-      if (t.device().type != DeviceType::kCPU || device.type != DeviceType::kCPU)
-        throw InvalidArgumentError(detail::str_cat("op '", op.name, "': input ", i, " is on ", t.device().str(),
-                                                   " but input 0 is on ", device.str()));
-      mixed_cpu = true;
-    }
-    meta[i] = TensorMeta{t.shape(), t.dtype()};
-  }
-  if (mixed_cpu) {
-    // Outputs go with the largest input (the first of equals), so that a constant such
-    // as the scalar in `x * 2.0` does not pull them onto cpu:0.
-    int64_t best = -1;
-    for (const Tensor& t : inputs)
-      if (t.numel() > best) {
-        best = t.numel();
-        device = t.device();
-      }
-  }
-  std::vector<TensorMeta> out_meta = op.infer(std::span<const TensorMeta>(meta, inputs.size()), attrs);
-  DType key = op.dispatch_input >= 0 ? meta[op.dispatch_input].dtype : out_meta.at(0).dtype;
-  KernelFn k = op.kernel(device.type, key);
-  if (!k)
-    throw UnimplementedError(detail::str_cat("op '", op.name, "' has no ", device_type_name(device.type),
-                                             " kernel for dtype ", dtype_name(key)));
-  std::span<Tensor> out = given;
-  if (into) {
-    check_given_outputs(op, inputs, given, out_meta, device);
-  } else {
-    outs.clear();
-    outs.reserve(out_meta.size());
-    for (auto& m : out_meta) outs.push_back(Tensor::empty(m.shape, m.dtype, device));
-    out = outs;
-  }
-  OpContext ctx{op, inputs, out, attrs};
-  {
-    KernelCacheScope eager(nullptr);  // an op called from inside a graph kernel is eager
-    detail::DenormalScope denormals;
-    k(ctx);
-  }
-  if (t_observer) t_observer->on_op(op, inputs, out, attrs);
-}
-}  // namespace
-
-std::vector<Tensor> call_op(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, Device device) {
-  std::vector<Tensor> outs;
-  run(op, inputs, attrs, device, outs);
-  return outs;
-}
-
-void call_op_into(const OpDef& op, std::span<const Tensor> inputs, std::span<Tensor> outputs, const Attrs& attrs) {
-  std::vector<Tensor> unused;
-  run(op, inputs, attrs, inputs.empty() || !inputs[0].defined() ? Device::cpu() : inputs[0].device(), unused, outputs,
-      /*into=*/true);
-}
-
-Tensor call_op1(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, Device device) {
-  std::vector<Tensor> outs;
-  run(op, inputs, attrs, device, outs);
-  return std::move(outs[0]);
-}
-
-void run_kernel(const char* name, DeviceType device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
-                const Attrs& attrs) {
-  const OpDef& op = OpRegistry::global().get(name);
-  const DType key =
-      op.dispatch_input >= 0 ? inputs[static_cast<size_t>(op.dispatch_input)].dtype() : outputs[0].dtype();
-  KernelFn k = op.kernel(device, key);
-  if (!k)
-    throw UnimplementedError(
-        detail::str_cat("op '", op.name, "' has no ", device_type_name(device), " kernel for dtype ", dtype_name(key)));
-  OpContext ctx{op, inputs, outputs, attrs};
-  detail::DenormalScope denormals;
-  k(ctx);
 }
 
 }  // namespace kiln

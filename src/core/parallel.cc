@@ -1,23 +1,21 @@
+
+
+
+#include "kiln/core/denormals.h"
+#include "kiln/core/flags.h"
 #include "kiln/core/parallel.h"
-
-#include <omp.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <omp.h>
 #include <thread>
-
-#include "kiln/core/denormals.h"
 
 namespace kiln {
 namespace {
 int initial_threads() {
-  if (const char* env = std::getenv("KILN_NUM_THREADS")) {
-    int n = std::atoi(env);
-    if (n >= 1) return n;
-  }
+  if (flags().num_threads >= 1) return flags().num_threads;
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 std::atomic<int>& threads() {

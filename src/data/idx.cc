@@ -1,17 +1,18 @@
+
+
+
+#include "kiln/core/error.h"
+#include "kiln/core/file_io.h"
+#include "kiln/core/flags.h"
 #include "kiln/data/idx.h"
-
-#include <sys/stat.h>
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <sys/stat.h>
 #include <vector>
-
-#include "kiln/core/error.h"
-#include "kiln/core/file_io.h"
+#include <zlib.h>
 #include "idx_internal.h"
 
 namespace kiln::data {
@@ -236,8 +237,7 @@ void load_split(const std::string& dir, const std::string& prefix, Tensor* image
 FashionMnist load_fashion_mnist(const std::string& dir) {
   std::string d = dir;
   if (d.empty()) {
-    const char* env = std::getenv("KILN_FASHION_MNIST_DIR");
-    d = env && *env ? env : kDefaultFashionMnistDir;
+    d = flags().fashion_mnist_dir.empty() ? kDefaultFashionMnistDir : flags().fashion_mnist_dir;
   }
   FashionMnist f;
   load_split(d, "train", &f.train_images, &f.train_labels);

@@ -1,5 +1,14 @@
-#include "kiln/graph/executor.h"
 
+
+#include "kiln/core/allocator.h"
+#include "kiln/core/denormals.h"
+#include "kiln/core/error.h"
+#include "kiln/core/flags.h"
+#include "kiln/core/kernel_cache.h"
+#include "kiln/core/op_def.h"
+#include "kiln/core/parallel.h"
+#include "kiln/graph/executor.h"
+#include "kiln/graph/profiler.h"
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -8,13 +17,6 @@
 #include <list>
 #include <optional>
 #include <set>
-
-#include "kiln/core/allocator.h"
-#include "kiln/core/denormals.h"
-#include "kiln/core/error.h"
-#include "kiln/core/kernel_cache.h"
-#include "kiln/core/parallel.h"
-#include "kiln/graph/profiler.h"
 #include "meta_key.h"
 
 namespace kiln::graph {
@@ -93,15 +95,14 @@ using NodeCaches = std::vector<std::unique_ptr<KernelCache>>;  // per node (null
 // later node joins the earlier one only when every op it reads runs before it.
 // It pays only where kernels scale poorly over the pool; on the 2-core development VM
 // they scale ~1.8x and pairs gained nothing (docs/benchmarks.md), so it is off unless
-// KILN_PARALLEL_BRANCHES=1. Stage = {node, partner or -1}.
+// KernelPreferences::parallel_branches (KILN_PARALLEL_BRANCHES=1). Stage = {node, partner or -1}.
 using Stage = std::array<int, 2>;
 constexpr size_t kPairWindow = 16;
 constexpr double kMinPairWork = 1e6;  // ~ multiply-adds: smaller kernels finish before the pair pays
 constexpr double kPairBalance = 0.6;  // the lighter node has at least this share of the heavier's work
 
 bool parallel_branches_enabled() {
-  const char* env = std::getenv("KILN_PARALLEL_BRANCHES");
-  return env && env[0] == '1' && num_threads() >= 2;
+  return kernel_preferences().parallel_branches && num_threads() >= 2;
 }
 
 std::vector<Stage> schedule(const Graph& g, const std::function<const TensorMeta&(ValueRef)>& meta, bool pairs) {

@@ -1,13 +1,16 @@
 #include "kiln/graph/function.h"
 
 #include "kiln/core/error.h"
+#include "kiln/core/tensor_spec.h"
 #include "meta_key.h"
 
 namespace kiln {
 
 ConcreteFunction::ConcreteFunction(graph::Graph traced, const FunctionOptions& opts) : traced_(std::move(traced)) {
   graph::Graph g = traced_;
-  graph::optimize(g, opts.optimization_level, opts.name);
+  graph::PassOptions po = opts.passes;
+  po.name = opts.name;
+  graph::optimize(g, po);
   executor_ = std::make_unique<graph::Executor>(std::move(g));
 }
 
@@ -57,8 +60,7 @@ void check_signature(const FunctionOptions& o, const std::vector<Tensor>& args) 
 
 Function::Function(TracedFn fn, FunctionOptions opts) : state_(std::make_shared<State>()) {
   if (!fn) throw InvalidArgumentError("kiln::function: the callable is empty");
-  if (opts.optimization_level < 0)
-    throw InvalidArgumentError("kiln::function: optimization_level must be >= 0");
+  if (opts.passes.level < 0) throw InvalidArgumentError("kiln::function: passes.level must be >= 0");
   state_->fn = std::move(fn);
   state_->opts = std::move(opts);
 }

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/core/tensor_spec.h"
 
 namespace kiln::graph {
 namespace {

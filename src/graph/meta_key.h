@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "kiln/core/dtype.h"
-#include "kiln/core/op_registry.h"
 #include "kiln/core/shape.h"
 #include "kiln/core/tensor.h"
+#include "kiln/core/tensor_spec.h"
 
 namespace kiln::graph::detail {
 

@@ -1,5 +1,8 @@
-#include "kiln/graph/profiler.h"
 
+
+#include "kiln/core/file_io.h"
+#include "kiln/core/flags.h"
+#include "kiln/graph/profiler.h"
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -8,8 +11,6 @@
 #include <sstream>
 #include <thread>
 #include <vector>
-
-#include "kiln/core/file_io.h"
 
 namespace kiln::graph {
 namespace {
@@ -31,7 +32,7 @@ struct Profiler {
 Profiler& prof() {
   static Profiler* p = [] {
     auto* q = new Profiler();  // never destroyed: the exit hook may run late
-    if (const char* path = std::getenv("KILN_PROFILE"); path && *path) {
+    if (const std::string& path = flags().profile; !path.empty()) {
       q->exit_path = path;
       q->on = true;
       std::atexit([] {

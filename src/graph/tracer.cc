@@ -2,7 +2,9 @@
 // variable observer turn what it does into a Graph.
 #include <unordered_map>
 
+#include "kiln/core/dispatch.h"
 #include "kiln/core/error.h"
+#include "kiln/core/op_def.h"
 #include "kiln/graph/function.h"
 
 namespace kiln::graph {

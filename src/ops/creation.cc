@@ -5,6 +5,8 @@
 //   fill   {shape: ints, dtype, value: float}          constant tensor
 //   eye    {n: int, m: int, dtype}                     n x m identity
 //   arange {start, stop, step: float, dtype}           numpy.arange
+#include "kiln/core/dispatch.h"
+#include "kiln/core/op_def.h"
 #include "kiln/ops/creation.h"
 
 #include <cmath>

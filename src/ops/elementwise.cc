@@ -1,3 +1,4 @@
+#include "kiln/core/op_def.h"
 #include "kiln/ops/elementwise.h"
 
 #include "op_util.h"

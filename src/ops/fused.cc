@@ -1,29 +1,14 @@
 // Fused ops that graph passes create (kiln/ops/fused.h; fused_conv2d lives with
 // conv2d in nn_conv.cc, it shares its attrs): one kernel for what eager mode runs as
 // several ops.
+#include "kiln/core/dispatch.h"
+#include "kiln/core/op_def.h"
 #include "kiln/ops/fused.h"
 
 #include "nn_util.h"
 #include "op_util.h"
 
 namespace kiln::ops {
-
-void fused_conv2d_backward_filter_unfused(OpContext& ctx) {
-  const Tensor& y = ctx.in[1];  // or the pool's mask (attr pool_mask)
-  const Tensor& dp = ctx.in[2];
-  const bool bias_grad = ctx.out.size() > 1, mask = ctx.attrs.get_bool("pool_mask", false);
-  const DeviceType dev = y.device().type;
-  Attrs pool = mask ? Attrs{} : nn_detail::pool_attrs({2, 2}, {2, 2}, "valid", "NHWC");
-  if (!mask) pool.set("relu", ctx.attrs.get_bool("relu", false));
-  pool.set("bias_grad", bias_grad);
-  const Shape& p = dp.shape();
-  std::vector<Tensor> pooled{Tensor::empty(mask ? Shape{p[0], 2 * p[1], 2 * p[2], p[3]} : y.shape(), dp.dtype(),
-                                           dp.device())};
-  if (bias_grad) pooled.push_back(ctx.out[1]);  // a handle on the output: the sum lands there
-  run_kernel(mask ? "max_pool2d_backward_mask" : "max_pool2d_backward", dev, ctx.in.subspan(1, 2), pooled, pool);
-  const Tensor filter_in[] = {ctx.in[0], pooled[0]};
-  run_kernel("conv2d_backward_filter", dev, filter_in, ctx.out.first(1), ctx.attrs);
-}
 
 namespace {
 

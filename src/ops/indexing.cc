@@ -3,6 +3,8 @@
 // throw OutOfRangeError before writing anything.
 #include <algorithm>
 
+#include "kiln/core/dispatch.h"
+#include "kiln/core/op_def.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/shape.h"
 #include "op_util.h"

@@ -1,6 +1,7 @@
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/shape.h"
 
+#include "kiln/core/op_def.h"
 #include "kiln/ops/elementwise.h"
 #include "op_util.h"
 

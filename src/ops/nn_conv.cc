@@ -1,4 +1,5 @@
 // nn ops: conv2d (+ its data and filter gradients) and 2-d pooling.
+#include "kiln/core/op_def.h"
 #include "kiln/ops/nn.h"
 #include "nn_util.h"
 

@@ -3,6 +3,7 @@
 // grad/nn_pool_grad.cc).
 #include <algorithm>
 
+#include "kiln/core/op_def.h"
 #include "kiln/ops/nn_grad.h"
 #include "nn_util.h"
 

@@ -2,6 +2,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "kiln/core/dispatch.h"
+#include "kiln/core/op_def.h"
 #include "kiln/core/random.h"
 #include "kiln/ops/nn.h"
 #include "nn_util.h"

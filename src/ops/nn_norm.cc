@@ -1,6 +1,8 @@
 // nn ops: batch, layer and RMS normalisation.
 #include <cmath>
 
+#include "kiln/core/dispatch.h"
+#include "kiln/core/op_def.h"
 #include "kiln/ops/nn.h"
 #include "nn_util.h"
 

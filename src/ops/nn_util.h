@@ -2,12 +2,17 @@
 // Helpers shared by the nn op definitions (internal).
 #include <string>
 
+#include "kiln/core/attrs.h"
+#include "kiln/core/tensor_spec.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/nn.h"
-#include "kiln/ops/nn_geometry.h"
+#include "backends/common/nn_geometry.h"
 #include "op_util.h"
 
 namespace kiln::ops::nn_detail {
+
+// The convolution and pooling geometry (backends/common/nn_geometry.h), shared with the kernels.
+using namespace kiln::nn_geometry;
 
 inline bool is_16bit_float(DType t) { return t == DType::kF16 || t == DType::kBF16; }
 

@@ -1,6 +1,7 @@
 #include "op_util.h"
 
 #include <algorithm>
+#include "kiln/core/op_def.h"
 
 namespace kiln::ops::detail {
 

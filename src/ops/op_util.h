@@ -4,7 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "kiln/core/op_registry.h"
+#include "kiln/core/dispatch.h"
+#include "kiln/core/op_def.h"
 
 namespace kiln::ops::detail {
 

@@ -2,6 +2,8 @@
 // inference, eager entry points). Optional slots (SGD/RMSprop momentum, the centered
 // average gradient) are present as inputs and outputs only when the attrs use them,
 // so the ops are variadic and inference checks the count.
+#include "kiln/core/dispatch.h"
+#include "kiln/core/op_def.h"
 #include "kiln/ops/optim.h"
 
 #include <cmath>

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "nn_util.h"
+#include "kiln/core/op_def.h"
 
 namespace kiln::ops {
 

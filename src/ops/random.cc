@@ -13,6 +13,8 @@
 
 #include <cmath>
 
+#include "kiln/core/dispatch.h"
+#include "kiln/core/op_def.h"
 #include "kiln/core/random.h"
 #include "op_util.h"
 

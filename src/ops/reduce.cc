@@ -6,6 +6,7 @@
 // "ddof" (int >= 0).
 #include "kiln/ops/reduce.h"
 
+#include "kiln/core/op_def.h"
 #include "kiln/ops/elementwise.h"
 #include "op_util.h"
 

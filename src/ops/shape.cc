@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "kiln/core/dispatch.h"
+#include "kiln/core/op_def.h"
 #include "kiln/ops/elementwise.h"
 #include "op_util.h"
 #include "shape_util.h"

@@ -6,8 +6,9 @@
 #include <limits>
 #include <map>
 
+#include "kiln/core/dispatch.h"
 #include "kiln/core/error.h"
-#include "kiln/core/op_registry.h"
+#include "kiln/core/op_def.h"
 #include "kiln/graph/passes.h"
 #include "kiln/ops.h"
 #include "kiln/package/export.h"

@@ -11,6 +11,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/file_io.h"
+#include "kiln/core/tensor_spec.h"
 #include "kiln/core/version.h"
 #include "kiln/graph/executor.h"
 #include "package_internal.h"
@@ -172,7 +173,10 @@ std::string export_package(const std::string& base, const std::vector<ExportSign
       throw InvalidArgumentError(what + " names " + std::to_string(es.output_names.size()) +
                                  " outputs, the function returns " + std::to_string(results.size()));
     freeze_variables(g, opts);
-    graph::optimize(g, opts.optimization_level, es.name);
+    graph::PassOptions po;
+    po.level = opts.optimization_level;
+    po.name = es.name;
+    graph::optimize(g, po);
     // Which output sizes follow the open input sizes: infer again at another size.
     graph::Executor probe(g);
     std::vector<TensorMeta> at3;

@@ -2,7 +2,7 @@
 #include <set>
 
 #include "kiln/core/error.h"
-#include "kiln/core/op_registry.h"
+#include "kiln/core/op_def.h"
 #include "kiln/package/saved_model.h"
 #include "package_internal.h"
 

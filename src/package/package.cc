@@ -9,6 +9,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/file_io.h"
+#include "kiln/core/tensor_spec.h"
 #include "kiln/package/saved_model.h"
 
 namespace kiln::package {

@@ -10,6 +10,7 @@
 #include "kiln/core/tensor_file.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/graph.h"
+#include "kiln/graph/pass_options.h"
 #include "kiln/package/package.h"
 #include "kiln/model_package.pb.h"
 
@@ -32,14 +33,15 @@ void metadata_to_proto(const Metadata& m, MetadataProto* out);
 Metadata metadata_from_proto(const MetadataProto& p);
 
 // Every signature of a parsed model.pb with its graph (from `weights`), optimised at
-// `level` and checked against the signature (the loader after its file checks; the
+// `passes` (its name set per signature) and checked against the signature (the loader after its file checks; the
 // fuzzer). Throws as SavedModel::load.
 struct LoadedSignature {
   Signature signature;
   std::unique_ptr<graph::Executor> executor;
 };
 std::vector<LoadedSignature> load_signatures(const ModelPackageProto& pkg, const TensorFile& weights,
-                                             const std::string& source, int level);
+                                             const std::string& source,
+                                             const graph::PassOptions& passes);
 
 // Checks a signature's names and method (InvalidArgumentError).
 void validate_signature(const Signature& s);

@@ -8,7 +8,9 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/file_io.h"
+#include "kiln/core/tensor_spec.h"
 #include "kiln/graph/executor.h"
+#include "kiln/graph/passes.h"
 #include "package_internal.h"
 
 namespace kiln::package {
@@ -23,7 +25,8 @@ SavedModel::~SavedModel() = default;
 namespace internal {
 
 std::vector<LoadedSignature> load_signatures(const ModelPackageProto& pkg, const TensorFile& weights,
-                                             const std::string& source, int level) {
+                                             const std::string& source,
+                                             const graph::PassOptions& passes) {
   std::vector<LoadedSignature> out;
   std::map<std::string, const FunctionProto*> functions;
   for (const FunctionProto& f : pkg.functions())
@@ -46,7 +49,9 @@ std::vector<LoadedSignature> load_signatures(const ModelPackageProto& pkg, const
       throw DataLossError(what + " has " + std::to_string(sig.inputs.size()) + " inputs and " +
                           std::to_string(sig.outputs.size()) + " outputs, its graph " + std::to_string(g.num_inputs) +
                           " and " + std::to_string(g.outputs.size()));
-    graph::optimize(g, level, sig.name);
+    graph::PassOptions po = passes;
+    po.name = sig.name;
+    graph::optimize(g, po);
     auto executor = std::make_unique<graph::Executor>(std::move(g));
     // Signature consistency: the graph accepts the input specs (open sizes as 1) and
     // yields the output specs.
@@ -172,7 +177,7 @@ std::shared_ptr<SavedModel> SavedModel::load(const std::string& dir_in, const Lo
   }
   m->metadata_ = internal::metadata_from_proto(pkg.metadata());
 
-  for (auto& ls : internal::load_signatures(pkg, weights, graph_path, opts.optimization_level)) {
+  for (auto& ls : internal::load_signatures(pkg, weights, graph_path, opts.passes)) {
     auto entry = std::make_unique<Entry>();
     entry->executor = std::move(ls.executor);
     m->signatures_.push_back(std::move(ls.signature));

@@ -6,7 +6,16 @@
 #include <cmath>
 #include <cstdio>
 
-#include "kiln/kiln.h"
+#include "kiln/core/allocator.h"
+#include "kiln/core/device.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/parallel.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/random.h"
+#include "kiln/ops/reduce.h"
 
 namespace kiln::tools {
 namespace {

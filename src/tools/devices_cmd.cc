@@ -6,13 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/device_config.h"
+#include "kiln/core/flags.h"
 
 namespace kiln::tools {
 namespace {
-
-const char* const kEnvVars[] = {"KILN_CPU_MEMORY_LIMIT",    "KILN_CUDA_MEMORY_LIMIT", "KILN_MEMORY_GROWTH",
-                                "KILN_CPU_LOGICAL_DEVICES", "KILN_CUDA_LOGICAL_DEVICES", "KILN_VISIBLE_DEVICES",
-                                "CUDA_VISIBLE_DEVICES"};
 
 nlohmann::json stats_json(const AllocatorStats& s) {
   return {{"bytes_in_use", s.bytes_in_use},
@@ -82,8 +79,7 @@ int run_devices(const DevicesArgs& a) {
     for (size_t i = 0; i < logical.size(); ++i)
       for (const DeviceReading& r : readings_of(logical[i].device)) j["logical_devices"][i]["readings"][r.name] = r.value;
     j["environment"] = nlohmann::json::object();
-    for (const char* v : kEnvVars)
-      if (const char* val = std::getenv(v)) j["environment"][v] = val;
+    for (const auto& [name, value] : kiln_environment()) j["environment"][name] = value;
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -117,8 +113,7 @@ int run_devices(const DevicesArgs& a) {
     if (!line.empty()) std::printf("%s\n", line.c_str());
   }
   std::string env;
-  for (const char* v : kEnvVars)
-    if (const char* val = std::getenv(v)) env += std::string("  ") + v + "=" + val + "\n";
+  for (const auto& [name, value] : kiln_environment()) env += "  " + name + "=" + value + "\n";
   if (!env.empty()) std::printf("Environment\n%s", env.c_str());
   return 0;
 }

@@ -7,7 +7,7 @@
 #include <map>
 
 #include "kiln/core/error.h"
-#include "kiln/core/op_registry.h"
+#include "kiln/core/op_def.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/version.h"
 #include "demo.h"
@@ -26,7 +26,7 @@ int cmd_ops(bool verbose) {
     for (int dev = 0; dev < kiln::kNumDeviceTypes; ++dev) {
       std::string dts;
       for (int t = 0; t < kiln::kNumDTypes; ++t)
-        if (d->kernels[dev][t]) {
+        if (d->kernel(static_cast<kiln::DeviceType>(dev), static_cast<kiln::DType>(t))) {
           if (!dts.empty()) dts += ' ';
           dts += kiln::dtype_name(static_cast<kiln::DType>(t));
         }

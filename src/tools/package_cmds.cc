@@ -8,6 +8,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/npy.h"
+#include "kiln/graph/graph.h"
 #include "kiln/package/saved_model.h"
 
 namespace kiln::tools {

@@ -9,8 +9,14 @@
 #include <cstdlib>
 #include <new>
 
+#include "kiln/core/dtype.h"
+#include "kiln/core/tensor.h"
 #include "kiln/graph/function.h"
-#include "kiln/kiln.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/random.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
 
 namespace {
 std::atomic<long> g_news{0};
@@ -48,7 +54,7 @@ long news_per_call(Function& f, const std::vector<Tensor>& args) {
 // elementwise runs become fused_elementwise nodes.
 Function chain(int layers, int level) {
   FunctionOptions o;
-  o.optimization_level = level;
+  o.passes.level = level;
   return function(
       [layers](const std::vector<Tensor>& a) {
         Tensor h = a[0];

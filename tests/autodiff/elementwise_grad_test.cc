@@ -7,6 +7,12 @@
 
 #include "gradcheck.h"
 #include "kiln/autodiff/tape.h"
+#include "kiln/core/dispatch.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/op_def.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
 
 namespace kiln::testing {
 namespace {

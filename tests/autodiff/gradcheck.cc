@@ -3,6 +3,11 @@
 #include <cmath>
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/reduce.h"
 
 namespace kiln::testing {
 

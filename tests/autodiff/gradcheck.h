@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "test_util.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::testing {
 

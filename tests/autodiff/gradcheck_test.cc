@@ -3,6 +3,7 @@
 #include <set>
 
 #include "gradcheck.h"
+#include "kiln/core/op_def.h"
 
 namespace kiln::testing {
 namespace {

@@ -3,6 +3,13 @@
 // checks: repeated indices accumulate, index inputs get no gradient, needs(), dtypes.
 #include "gradcheck.h"
 #include "kiln/autodiff/tape.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/op_def.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/shape.h"
 
 namespace kiln::testing {
 namespace {

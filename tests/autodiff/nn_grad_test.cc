@@ -6,7 +6,15 @@
 
 #include "gradcheck.h"
 #include "kiln/autodiff/tape.h"
+#include "kiln/core/dispatch.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/op_def.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/nn.h"
 #include "kiln/ops/nn_grad.h"
+#include "kiln/ops/reduce.h"
 
 namespace kiln::testing {
 namespace {

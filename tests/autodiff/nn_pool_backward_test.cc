@@ -5,7 +5,16 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/core/dispatch.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/op_def.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/nn.h"
 #include "kiln/ops/nn_grad.h"
+#include "kiln/ops/reduce.h"
 #include "test_util.h"
 
 namespace kiln::testing {

@@ -4,6 +4,13 @@
 // needs() and dtypes.
 #include "gradcheck.h"
 #include "kiln/autodiff/tape.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/op_def.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
 
 namespace kiln::testing {
 namespace {

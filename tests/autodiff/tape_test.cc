@@ -2,6 +2,12 @@
 #include <cmath>
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/reduce.h"
 #include "gradcheck.h"
 
 namespace kiln::testing {

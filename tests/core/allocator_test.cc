@@ -2,6 +2,9 @@
 #include <vector>
 
 #include "test_util.h"
+#include "kiln/core/allocator.h"
+#include "kiln/core/bfc_allocator.h"
+#include "kiln/core/error.h"
 
 namespace kiln::testing {
 namespace {

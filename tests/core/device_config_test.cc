@@ -2,7 +2,14 @@
 // fraction, growth versus pre-allocation, logical devices with their own limits,
 // resource-exhausted messages, freezing after first use, environment variables,
 // visible devices, statistics.
+#include "kiln/core/allocator.h"
+#include "kiln/core/device.h"
 #include "kiln/core/device_config.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
 
 #include <cmath>
 #include <cstdlib>

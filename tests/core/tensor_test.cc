@@ -3,7 +3,16 @@
 #include <fstream>
 #include <limits>
 
+#include "kiln/core/allocator.h"
+#include "kiln/core/device.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
 #include "kiln/core/file_io.h"
+#include "kiln/core/npy.h"
+#include "kiln/core/parallel.h"
+#include "kiln/core/random.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "test_util.h"
 
 namespace kiln::testing {

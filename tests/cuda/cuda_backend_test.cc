@@ -7,11 +7,23 @@
 #include <set>
 
 #include "kiln/autodiff/variable.h"
+#include "kiln/core/allocator.h"
+#include "kiln/core/device.h"
 #include "kiln/core/device_config.h"
+#include "kiln/core/dispatch.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/op_def.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "kiln/graph/function.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
 #include "kiln/ops/fused.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn.h"
 #include "kiln/ops/optim.h"
 #include "kiln/ops/random.h"
+#include "kiln/ops/reduce.h"
 #include "test_util.h"
 
 namespace kiln {

@@ -1,5 +1,8 @@
 // NCCL wrappers (kiln/cuda/nccl.h): errors without a GPU; collectives on one.
+#include "kiln/core/device.h"
+#include "kiln/core/tensor.h"
 #include "kiln/cuda/nccl.h"
+#include "kiln/ops/creation.h"
 
 #include "test_util.h"
 

@@ -1,3 +1,4 @@
+#include "kiln/core/dtype.h"
 #include "kiln/data/csv.h"
 
 #include <gtest/gtest.h>

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
 #include "kiln/data/tfrecord.h"
 #include "tensorflow/example.pb.h"
 #include "test_util.h"

@@ -1,3 +1,6 @@
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "kiln/data/idx.h"
 
 #include <gtest/gtest.h>

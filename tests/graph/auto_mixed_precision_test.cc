@@ -2,14 +2,22 @@
 // moves to 16 bits (allow always; infer only between 16-bit ops; clear follows; deny
 // never), the casts it inserts (one per value, constants converted once), dtypes kept
 // at the graph's edges (outputs, variables, assignments), results close to f32, and
-// the KILN_AUTO_MIXED_PRECISION switch of the pipeline.
+// the pipeline's PassOptions::auto_mixed_precision.
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/tensor.h"
 #include "kiln/graph/auto_mixed_precision.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/function.h"
 #include "kiln/graph/passes.h"
 #include "kiln/ops.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
 #include "scoped_env.h"
 #include "test_util.h"
 
@@ -131,20 +139,26 @@ TEST(AutoMixedPrecision, TrainStepKeepsF32VariablesAndUpdates) {
   EXPECT_FALSE(allclose(w_amp, w.peek(), 0, 0));
 }
 
-TEST(AutoMixedPrecision, PipelineSwitchAndBadValues) {
+TEST(AutoMixedPrecision, PipelineOptionAndBadValues) {
   const Tensor x = rand_tensor({4, 16}, DType::kF32, -1, 1, 7);
-  auto count_low = [&](const char* value) {
-    testing::ScopedEnv env("KILN_AUTO_MIXED_PRECISION", value);  // restored on throw too
+  auto count_low = [&](DType amp, DType low_type) {
     Graph g = trace(mlp, {x});
-    optimize(g);
+    PassOptions o;
+    o.auto_mixed_precision = amp;
+    optimize(g, o);
     int low = 0;
-    for (const Node& n : g.nodes) low += n.kind == NodeKind::kOp && n.outputs[0].dtype == DType::kBF16;
+    for (const Node& n : g.nodes) low += n.kind == NodeKind::kOp && n.outputs[0].dtype == low_type;
     return low;
   };
-  EXPECT_EQ(count_low(nullptr), 0);
-  EXPECT_EQ(count_low("off"), 0);
-  EXPECT_GT(count_low("mixed_bfloat16"), 0);
-  EXPECT_KILN_ERROR(count_low("fp8"), kInvalidArgument, "KILN_AUTO_MIXED_PRECISION must be");
+  EXPECT_EQ(count_low(DType::kF32, DType::kBF16), 0);  // the default: off
+  EXPECT_GT(count_low(DType::kBF16, DType::kBF16), 0);
+  EXPECT_GT(count_low(DType::kF16, DType::kF16), 0);
+  EXPECT_KILN_ERROR(count_low(DType::kI8, DType::kI8), kInvalidArgument,
+                    "PassOptions::auto_mixed_precision must be f32 (off), bf16 or f16, got i8");
+  {  // the environment variable of earlier versions does nothing now
+    testing::ScopedEnv env("KILN_AUTO_MIXED_PRECISION", "bf16");
+    EXPECT_EQ(count_low(DType::kF32, DType::kBF16), 0);
+  }
   Graph g = trace(mlp, {x});
   EXPECT_KILN_ERROR(auto_mixed_precision(g, DType::kF32), kInvalidArgument, "must be bf16 or f16");
 }

@@ -4,10 +4,21 @@
 #include <filesystem>
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/dtype.h"
 #include "kiln/core/random.h"
+#include "kiln/core/tensor.h"
+#include "kiln/core/tensor_spec.h"
 #include "kiln/graph/function.h"
 #include "kiln/graph/profiler.h"
 #include "kiln/ops.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/random.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -217,7 +228,7 @@ TEST(ExecutorTest, MemoryPlanReusesBuffersOfAChain) {
   // intermediate): the first result gets a buffer, every later one is written in place
   // over its input.
   FunctionOptions unfused;
-  unfused.optimization_level = 1;
+  unfused.passes.level = 1;
   Function f = function([](const std::vector<Tensor>& x) {
     Tensor t = x[0];
     for (int i = 0; i < 10; ++i) t = i % 2 ? ops::exp(ops::neg(t)) : ops::tanh(t);
@@ -244,7 +255,11 @@ TEST(ExecutorTest, DumpsGraphsPerPass) {
   testing::TempDir dir("graph_dump");
   Graph g = graph::trace([](const std::vector<Tensor>& x) { return std::vector<Tensor>{ops::add(x[0], x[0])}; },
                          {ops::ones({2})});
-  graph::optimize(g, 1, "f", dir.path());
+  graph::PassOptions po;
+  po.level = 1;
+  po.name = "f";
+  po.dump_dir = dir.path();
+  graph::optimize(g, po);
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/f.00-traced.txt"));
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/f.05-dead_code_elimination.dot"));
 }
@@ -257,7 +272,7 @@ namespace {
 
 TEST(ProfilerTest, ChromeTraceHasOneEventPerExecutedOp) {
   FunctionOptions unfused;  // three ops, not one fused loop
-  unfused.optimization_level = 1;
+  unfused.passes.level = 1;
   Function f = function([](const std::vector<Tensor>& x) {
     return std::vector<Tensor>{ops::exp(ops::tanh(ops::add(x[0], x[0])))};
   }, unfused);

@@ -3,10 +3,17 @@
 // later, of another shape or dtype, or an input of the graph; an optimizer update
 // writes over the variable it assigns when nothing else reads or holds its value; the
 // values are those of eager mode.
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/tensor.h"
+#include "kiln/core/tensor_spec.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/function.h"
 #include "kiln/ops.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
 #include "kiln/ops/optim.h"
+#include "kiln/ops/reduce.h"
 #include "test_util.h"
 
 namespace kiln::graph {
@@ -22,7 +29,9 @@ MemoryPlanStats stats_of(const Executor& e, const std::vector<Tensor>& in) {
 // Runs fn traced at level 1 (no fusion: the planner sees every op) and eagerly.
 MemoryPlanStats check(const TracedFn& fn, const std::vector<Tensor>& in) {
   Graph g = trace(fn, in);
-  optimize(g, 1);
+  PassOptions cleanups_only;
+  cleanups_only.level = 1;
+  optimize(g, cleanups_only);
   Executor e(std::move(g));
   const std::vector<Tensor> want = fn(in);
   for (int run = 0; run < 2; ++run) {  // the arena is reused from run to run

@@ -5,10 +5,19 @@
 // the old data (that is what proves it cached), an uncached one the new.
 #include <cstring>
 
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/device.h"
+#include "kiln/core/dispatch.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/kernel.h"
 #include "kiln/core/kernel_cache.h"
+#include "kiln/core/tensor.h"
+#include "kiln/core/tensor_spec.h"
 #include "kiln/graph/function.h"
 #include "kiln/ops.h"
-#include "scoped_env.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -86,10 +95,11 @@ TEST(KernelCacheInGraphs, Conv2dKernelCachesTheFilterOnlyWhenItIsConstant) {
   const graph::Node& node = node_of(f, {x}, "fused_conv2d");
   const Tensor with_w = ops::relu(ops::conv2d(x, w, same())), with_w2 = ops::relu(ops::conv2d(x, w2, same()));
   // Both CPU routes: the direct kernel's packed filter and oneDNN's reordered one.
-  for (const char* direct : {"1", "0"}) {
-    testing::ScopedEnv env("KILN_DIRECT_CONV", direct);
+  for (const DirectConv direct : {DirectConv::kForceTile, DirectConv::kOff}) {
+    testing::ScopedKernelPreferences prefs([&](KernelPreferences& k) { k.direct_conv = direct; });
     for (const bool constant : {true, false}) {
-      SCOPED_TRACE(std::string(constant ? "constant filter" : "filter not constant") + ", KILN_DIRECT_CONV=" + direct);
+      SCOPED_TRACE(std::string(constant ? "constant filter" : "filter not constant") + ", direct_conv " +
+                   testing::direct_conv_name(direct));
       Tensor filter = w.clone();
       KernelCache cache(constant ? 0b10 : 0b00);
       EXPECT_CLOSE(run_kernel(node, {x, filter}, &cache), with_w, 1e-5, 1e-5);

@@ -2,10 +2,17 @@
 // ops (src/graph/passes/normalization_pattern_fusion.cc); the values stay those of the
 // op-by-op graph and of the eager fused ops; patterns whose intermediates are read
 // elsewhere, or that differ (axes, a non-constant eps, ddof 1), stay as they are.
+#include "kiln/core/dtype.h"
+#include "kiln/core/tensor.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/function.h"
 #include "kiln/graph/passes.h"
 #include "kiln/ops.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
 #include "test_util.h"
 
 namespace kiln::graph {

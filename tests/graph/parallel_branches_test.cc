@@ -8,12 +8,17 @@
 #include <regex>
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/core/dtype.h"
 #include "kiln/core/parallel.h"
+#include "kiln/core/tensor.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/function.h"
 #include "kiln/graph/profiler.h"
 #include "kiln/ops.h"
-#include "scoped_env.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/reduce.h"
 #include "test_util.h"
 
 namespace kiln::graph {
@@ -24,7 +29,8 @@ using testing::rand_tensor;
 std::map<int, size_t> threads_of(const Graph& g, const std::vector<Tensor>& in, std::vector<Tensor>* out) {
   std::string json;
   {
-    testing::ScopedEnv env("KILN_PARALLEL_BRANCHES", "1");  // read when the executor plans (its first run)
+    // read when the executor plans (its first run)
+    testing::ScopedKernelPreferences prefs([](KernelPreferences& k) { k.parallel_branches = true; });
     Executor ex(g);
     start_profiling();
     *out = ex.run(in);

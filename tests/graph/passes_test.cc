@@ -4,12 +4,23 @@
 #include <random>
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/dispatch.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/op_def.h"
 #include "kiln/core/parallel.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/function.h"
 #include "kiln/ops.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn.h"
 #include "kiln/ops/nn_grad.h"
-#include "scoped_env.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
 #include "test_util.h"
 
 namespace kiln::graph {
@@ -287,10 +298,11 @@ TEST(PassesTest, TrainStepPoolsKeepMasksNotConvolutionOutputs) {
     EXPECT_EQ(masks, c.masks) << g.str();
     EXPECT_EQ(conv_outputs, c.conv_outputs) << g.str();
     EXPECT_EQ(g.count_ops("fused_conv2d") + g.count_ops("conv2d"), 2) << g.str();  // one per layer
-    {  // KILN_POOL_MASK=0: conv_output where the mask would be
-      testing::ScopedEnv off("KILN_POOL_MASK", "0");
+    {  // PassOptions::pool_mask false: conv_output where the mask would be
       Graph h = traced_step;
-      optimize(h);
+      PassOptions no_masks;
+      no_masks.pool_mask = false;
+      optimize(h, no_masks);
       int outs = 0;
       for (const Node& n : h.nodes) outs += n.kind == NodeKind::kOp && n.attrs.get_bool("conv_output", false);
       EXPECT_EQ(outs, c.masks + c.conv_outputs);

@@ -2,10 +2,16 @@
 // data at the traced shapes disappear or become reshapes, the values stay equal, and
 // what must stay (a reordering transpose, a dtype-changing sum, a full strided slice)
 // stays.
+#include "kiln/core/dtype.h"
+#include "kiln/core/tensor.h"
+#include "kiln/core/tensor_spec.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/function.h"
 #include "kiln/graph/passes.h"
 #include "kiln/ops.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
 #include "test_util.h"
 
 namespace kiln::graph {

@@ -13,10 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/dispatch.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/op_def.h"
 #include "kiln/core/parallel.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "kiln/graph/function.h"
 #include "kiln/ops.h"
-#include "scoped_env.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/nn.h"
 #include "test_util.h"
 
 namespace kiln::testing {
@@ -80,14 +87,14 @@ TEST(ConvMaxPool, MatchesConvThenPool) {
                                    {2, 8, 6, 3, 12, 3, "same"}};  // 12 channels: the kernels' scalar tails
   const int saved = num_threads();
   uint64_t seed = 10;
-  for (const char* direct : {"1", "0"}) {
-    ScopedEnv env("KILN_DIRECT_CONV", direct);
+  for (const DirectConv direct : {DirectConv::kForceTile, DirectConv::kOff}) {
+    ScopedKernelPreferences prefs([&](KernelPreferences& k) { k.direct_conv = direct; });
     for (const int threads : {1, 2, 3}) {
       set_num_threads(threads);
       for (const Case& c : cases) {
         for (const bool relu : {false, true}) {
           for (const bool with_bias : {false, true}) {
-            SCOPED_TRACE("KILN_DIRECT_CONV=" + std::string(direct) + " threads " + std::to_string(threads) + " x [" +
+            SCOPED_TRACE(std::string("direct_conv ") + direct_conv_name(direct) + " threads " + std::to_string(threads) + " x [" +
                          std::to_string(c.n) + "," + std::to_string(c.h) + "," + std::to_string(c.w) + "," +
                          std::to_string(c.c) + "] o " + std::to_string(c.o) + " k " + std::to_string(c.k) + " " +
                          c.padding + (relu ? " relu" : "") + (with_bias ? " bias" : ""));
@@ -129,12 +136,12 @@ TEST(ConvMaxPool, MatchesConvThenPool) {
 TEST(ConvMaxPool, PoolMaskBreaksTiesAsTheGradient) {
   const OpDef& op = OpRegistry::global().get("fused_conv2d");
   const int saved = num_threads();
-  for (const char* direct : {"1", "0"}) {
-    ScopedEnv env("KILN_DIRECT_CONV", direct);
+  for (const DirectConv direct : {DirectConv::kForceTile, DirectConv::kOff}) {
+    ScopedKernelPreferences prefs([&](KernelPreferences& k) { k.direct_conv = direct; });
     for (const int threads : {1, 2, 3}) {
       set_num_threads(threads);
       for (const bool relu : {false, true}) {
-        SCOPED_TRACE(std::string("KILN_DIRECT_CONV=") + direct + " threads " + std::to_string(threads) +
+        SCOPED_TRACE(std::string("direct_conv ") + direct_conv_name(direct) + " threads " + std::to_string(threads) +
                      (relu ? " relu" : ""));
         Tensor x = ops::round(rand_tensor({3, 12, 10, 1}, DType::kF32, -1.4, 1.4, 7));
         if (relu) {  // a NaN in two windows

@@ -2,6 +2,9 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "kiln/ops/creation.h"
 
 #include "test_util.h"

@@ -6,9 +6,11 @@
 #include "backends/cpu/direct_conv.h"
 
 
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/nn.h"
-#include "scoped_env.h"
 #include "test_util.h"
 
 namespace kiln::testing {
@@ -100,7 +102,7 @@ TEST(DirectConv, WinogradTakesThe3x3LayersItShould) {
   EXPECT_FALSE(dc::uses_winograd(q));
   q.c = 1;  // the small-channel tile
   EXPECT_FALSE(dc::uses_winograd(q));
-  ScopedEnv off("KILN_WINOGRAD", "0");
+  ScopedKernelPreferences off([](KernelPreferences& k) { k.winograd = false; });
   EXPECT_FALSE(dc::uses_winograd(p));
 }
 
@@ -185,10 +187,10 @@ TEST(DirectConv, GeneralTileProblems) {
   q.o = 24;  // not handled at all
   EXPECT_FALSE(dc::uses_general_tile(q));
   {
-    ScopedEnv unset("KILN_DIRECT_CONV", nullptr);
+    ScopedKernelPreferences dflt([](KernelPreferences& k) { k.direct_conv = DirectConv::kAuto; });
     EXPECT_FALSE(dc::general_tile_forced());
   }
-  ScopedEnv on("KILN_DIRECT_CONV", "1");
+  ScopedKernelPreferences on([](KernelPreferences& k) { k.direct_conv = DirectConv::kForceTile; });
   EXPECT_TRUE(dc::general_tile_forced());
 }
 
@@ -228,12 +230,13 @@ TEST(DirectConv, Conv2dOpsAgreeWithAndWithoutIt) {
     const Tensor dy = rand_tensor({p.n, p.oh(), p.ow(), p.o}, DType::kF32, -1, 1, 9);
     Tensor y, dx, dw;
     {
-      ScopedEnv on("KILN_DIRECT_CONV", "1");  // the general tile too where oneDNN runs AVX-512
+      // the general tile too where oneDNN runs AVX-512
+      ScopedKernelPreferences on([](KernelPreferences& k) { k.direct_conv = DirectConv::kForceTile; });
       y = ops::conv2d(x, w, options(p), b);
       dx = ops::conv2d_backward_data(dy, w, x.shape(), options(p));
       dw = ops::conv2d_backward_filter(x, dy, w.shape(), options(p));
     }
-    ScopedEnv off("KILN_DIRECT_CONV", "0");
+    ScopedKernelPreferences off([](KernelPreferences& k) { k.direct_conv = DirectConv::kOff; });
     ASSERT_FALSE(dc::supports(p));
     EXPECT_CLOSE(y, ops::conv2d(x, w, options(p), b), 1e-4, 1e-4);
     EXPECT_CLOSE(dx, ops::conv2d_backward_data(dy, w, x.shape(), options(p)), 1e-4, 1e-4);

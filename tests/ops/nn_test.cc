@@ -2,7 +2,15 @@
 // NumPy references, properties, determinism, and typed errors.
 #include <cmath>
 
+#include "kiln/core/device.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/op_def.h"
+#include "kiln/core/parallel.h"
 #include "kiln/core/random.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
 #include "kiln/ops/nn.h"
 #include "op_table.h"
 

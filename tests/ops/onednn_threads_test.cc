@@ -7,15 +7,19 @@
 #include <thread>
 #include <vector>
 
+#include "kiln/core/dtype.h"
+#include "kiln/core/tensor.h"
 #include "kiln/ops.h"
-#include "scoped_env.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/shape.h"
 #include "test_util.h"
 
 namespace kiln::testing {
 namespace {
 
 TEST(OneDnnThreads, ConcurrentCallsMatchSerialOnes) {
-  ScopedEnv direct("KILN_DIRECT_CONV", "0");  // the convolutions on oneDNN too
+  ScopedKernelPreferences direct([](KernelPreferences& k) { k.direct_conv = DirectConv::kOff; });  // the convolutions on oneDNN too
   const Tensor w = rand_tensor({4, 8}, DType::kF32, -1, 1, 1);
   const Tensor f = rand_tensor({3, 3, 4, 16}, DType::kF32, -1, 1, 2);
   ops::Conv2dOptions same;

@@ -3,7 +3,14 @@
 #include <sys/stat.h>
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/core/device.h"
 #include "kiln/core/device_config.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/random.h"
+#include "kiln/ops/reduce.h"
 
 namespace kiln::testing {
 namespace {

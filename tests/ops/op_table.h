@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "test_util.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::testing {
 

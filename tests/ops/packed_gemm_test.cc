@@ -11,10 +11,16 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/dtype.h"
 #include "kiln/core/parallel.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/core/tensor_spec.h"
 #include "kiln/graph/function.h"
 #include "kiln/ops.h"
-#include "scoped_env.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
 #include "test_util.h"
 
 namespace kiln::testing {
@@ -80,8 +86,8 @@ TEST(PackedGemm, ReluKeepsNaN) {
   EXPECT_EQ(c[4], 4.0f);
 }
 
-TEST(PackedGemm, SwitchedOffByEnv) {
-  ScopedEnv off("KILN_PACKED_GEMM", "0");
+TEST(PackedGemm, SwitchedOffByPreference) {
+  ScopedKernelPreferences off([](KernelPreferences& k) { k.packed_gemm = false; });
   EXPECT_FALSE(pg::available());
 }
 
@@ -101,7 +107,7 @@ TEST(PackedGemm, GraphsWithConstantWeightsMatchOneDnn) {
     SCOPED_TRACE("batch " + std::to_string(batch));
     const Tensor x = rand_tensor({batch, 300}, DType::kF32, -1, 1, static_cast<uint64_t>(batch));
     const Tensor got = on({x})[0];
-    ScopedEnv env1("KILN_PACKED_GEMM", "0"), env2("KILN_SMALL_GEMM", "0");
+    ScopedKernelPreferences oneDnn([](KernelPreferences& k) { k.packed_gemm = k.small_gemm = false; });
     EXPECT_CLOSE(got, off({x})[0], 1e-5, 1e-4);
   }
 }
@@ -115,7 +121,7 @@ TEST(PackedGemm, WeightGradientsMatchOneDnn) {
     const Tensor x = rand_tensor({batch, in}, DType::kF32, -1, 1, 7),
                  dy = rand_tensor({batch, out}, DType::kF32, -1, 1, 8);
     const Tensor got = ops::matmul(x, dy, true, false);
-    ScopedEnv env("KILN_PACKED_GEMM", "0");
+    ScopedKernelPreferences off([](KernelPreferences& k) { k.packed_gemm = false; });
     EXPECT_CLOSE(got, ops::matmul(x, dy, true, false), 1e-5, 1e-4);
     EXPECT_CLOSE(got, ops::matmul(x.to(DType::kF64), dy.to(DType::kF64), true, false), 1e-5, 1e-4);
   }

@@ -10,7 +10,14 @@
 #include <limits>
 #include <random>
 
-#include "kiln/core/op_registry.h"
+#include "kiln/core/dispatch.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/op_def.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
 #include "kiln/ops/nn.h"
 #include "test_util.h"
 

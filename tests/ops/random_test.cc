@@ -3,8 +3,14 @@
 #include <limits>
 #include <map>
 
+#include "kiln/core/dtype.h"
+#include "kiln/core/parallel.h"
 #include "kiln/core/random.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/creation.h"
 #include "kiln/ops/random.h"
+#include "kiln/ops/reduce.h"
 
 #include "test_util.h"
 

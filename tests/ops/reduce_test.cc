@@ -1,6 +1,11 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/core/dtype.h"
+#include "kiln/core/parallel.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/creation.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/reduce.h"
 

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <limits>
 
+#include "kiln/core/dispatch.h"
+#include "kiln/core/op_def.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/shape.h"
 

@@ -3,6 +3,9 @@
 #include <vector>
 
 #include "test_util.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::testing {
 

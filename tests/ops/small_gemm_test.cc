@@ -8,9 +8,15 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/core/tensor_spec.h"
 #include "kiln/graph/function.h"
 #include "kiln/ops.h"
-#include "scoped_env.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
 #include "test_util.h"
 
 namespace kiln::testing {
@@ -64,7 +70,7 @@ TEST(SmallGemm, ShapesItDeclines) {
   EXPECT_FALSE(sg::supports(0, 16, 16));
   EXPECT_FALSE(sg::supports(1, 0, 16));
   EXPECT_FALSE(sg::supports(1, 16, 0));
-  ScopedEnv off("KILN_SMALL_GEMM", "0");
+  ScopedKernelPreferences off([](KernelPreferences& k) { k.small_gemm = false; });
   EXPECT_FALSE(sg::supports(1, 784, 256));
 }
 
@@ -81,10 +87,10 @@ TEST(SmallGemm, GraphsWithConstantWeightsMatchEagerCalls) {
   FunctionOptions o;
   o.input_signature = std::vector<TensorSpec>{{{-1, 96}, DType::kF32}};
   Function f = function(model, o);
-  for (const char* on : {"1", "0"}) {
-    ScopedEnv env("KILN_SMALL_GEMM", on);
+  for (const bool on : {true, false}) {
+    ScopedKernelPreferences prefs([&](KernelPreferences& k) { k.small_gemm = on; });
     for (int64_t batch : {1, 2, 3, 5, 8, 9, 33, 1}) {
-      SCOPED_TRACE("KILN_SMALL_GEMM=" + std::string(on) + " batch " + std::to_string(batch));
+      SCOPED_TRACE(std::string("small_gemm ") + (on ? "on" : "off") + " batch " + std::to_string(batch));
       const Tensor x = rand_tensor({batch, 96}, DType::kF32, -1, 1, static_cast<uint64_t>(batch));
       const std::vector<Tensor> got = f({x}), want = model({x});
       ASSERT_EQ(got.size(), 2u);

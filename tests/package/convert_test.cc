@@ -2,9 +2,18 @@
 // references are the source package's answers.
 #include <filesystem>
 
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/dtype.h"
 #include "kiln/core/file_io.h"
+#include "kiln/core/op_def.h"
+#include "kiln/core/tensor.h"
 #include "kiln/core/tensor_file.h"
 #include "kiln/ops.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
 #include "kiln/package/convert.h"
 #include "kiln/package/export.h"
 #include "kiln/package/saved_model.h"

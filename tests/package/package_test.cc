@@ -5,8 +5,17 @@
 #include <fstream>
 #include <thread>
 
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/dtype.h"
 #include "kiln/core/file_io.h"
+#include "kiln/core/tensor.h"
 #include "kiln/ops.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/random.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
 #include "kiln/package/export.h"
 #include "kiln/package/saved_model.h"
 #include "package/package_internal.h"

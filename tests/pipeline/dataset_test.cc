@@ -7,7 +7,11 @@
 
 #include <unistd.h>
 
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
 #include "kiln/core/file_io.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "test_util.h"
 
 namespace kiln::data {

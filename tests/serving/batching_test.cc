@@ -4,6 +4,9 @@
 #include <future>
 #include <thread>
 
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "kiln/serving/batching.h"
 #include "test_util.h"
 

@@ -14,6 +14,9 @@
 
 #include "serving/json_codec.h"
 #include "test_util.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::serving::json {
 namespace {

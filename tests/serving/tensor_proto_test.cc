@@ -8,6 +8,9 @@
 
 #include "serving/tf_types.h"
 #include "test_util.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::serving {
 namespace {

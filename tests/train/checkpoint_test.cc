@@ -15,8 +15,13 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "kiln/autodiff/variable.h"
 #include "kiln/core/crc32c.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
 #include "kiln/core/file_io.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "test_util.h"
 #include "core/tensor_file_internal.h"
 

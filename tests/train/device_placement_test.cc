@@ -2,8 +2,14 @@
 // CPU split into two logical devices stands in for a GPU here (the same placement
 // code runs for cuda:N; kiln_cuda_tests covers the device itself).
 #include "core/device_config_internal.h"
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/device.h"
 #include "kiln/core/device_config.h"
+#include "kiln/core/dtype.h"
 #include "kiln/core/random.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/creation.h"
 #include "kiln/train/device_scope.h"
 #include "kiln/train/layers.h"
 #include "kiln/train/model.h"

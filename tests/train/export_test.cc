@@ -3,7 +3,15 @@
 #include <filesystem>
 #include <set>
 
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/core/tensor_spec.h"
 #include "kiln/ops.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
 #include "kiln/package/saved_model.h"
 #include "kiln/train.h"
 #include "test_util.h"

@@ -1,6 +1,10 @@
 // Model::fit / evaluate / predict on a data::Dataset.
 #include <atomic>
 
+#include "kiln/core/dtype.h"
+#include "kiln/core/random.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "kiln/data/dataset.h"
 #include "kiln/train.h"
 #include "test_util.h"

@@ -3,6 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include "kiln/autodiff/tape.h"
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/reduce.h"
 #include "kiln/train/layers.h"
 #include "test_util.h"
 

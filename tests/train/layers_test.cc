@@ -3,6 +3,15 @@
 // Reference numbers come from float64 NumPy (scripts noted next to each); inputs are
 // generated identically here: seq(n, step, start) = start + step * i and
 // wave(shape, a, b, s) = s * sin(a * i + b) over the flat index i.
+#include "kiln/autodiff/tape.h"
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/random.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/reduce.h"
 #include "kiln/train/layers.h"
 
 #include <gtest/gtest.h>

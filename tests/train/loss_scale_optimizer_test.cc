@@ -4,6 +4,10 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "kiln/ops.h"
 #include "kiln/train/layers.h"
 #include "kiln/train/model.h"

@@ -5,7 +5,13 @@
 #include <functional>
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "kiln/ops.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/shape.h"
 #include "kiln/train/losses.h"
 #include "test_util.h"
 

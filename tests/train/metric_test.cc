@@ -1,4 +1,6 @@
 // Streaming metrics against hand-computed values.
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "kiln/train/metrics.h"
 #include "test_util.h"
 

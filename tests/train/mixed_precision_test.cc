@@ -4,7 +4,18 @@
 #include <cmath>
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/random.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "kiln/ops.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
 #include "kiln/train/layers.h"
 #include "kiln/train/mixed_precision.h"
 #include "kiln/train/model.h"

@@ -5,7 +5,14 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/dtype.h"
 #include "kiln/core/random.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/creation.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
 #include "kiln/train/layers.h"
 #include "test_util.h"
 

@@ -5,6 +5,13 @@
 #include <cmath>
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/device.h"
+#include "kiln/core/dispatch.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/op_def.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "kiln/ops/optim.h"
 #include "kiln/train/optimizers.h"
 #include "test_util.h"

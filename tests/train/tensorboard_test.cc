@@ -11,8 +11,12 @@
 #include <vector>
 
 #include "core/device_config_internal.h"
+#include "kiln/core/device.h"
 #include "kiln/core/device_config.h"
+#include "kiln/core/dtype.h"
 #include "kiln/core/random.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "kiln/data/tfrecord.h"
 #include "kiln/train/layers.h"
 #include "kiln/train/model.h"

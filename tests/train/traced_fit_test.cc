@@ -3,7 +3,11 @@
 // learning-rate changes between steps; the eager fallbacks.
 #include <cmath>
 
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/dtype.h"
 #include "kiln/core/random.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/tensor.h"
 #include "kiln/train/layers.h"
 #include "kiln/train/model.h"
 #include "test_util.h"

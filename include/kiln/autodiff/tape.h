@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "kiln/autodiff/variable.h"
-#include "kiln/core/op_registry.h"
+#include "kiln/core/dispatch.h"
 
 namespace kiln {
 

@@ -14,10 +14,10 @@
 // training needs loss scaling (train::LossScaleOptimizer), which the pass does not add;
 // bf16 needs none.
 //
-// In the pipeline (kiln/graph/passes.h) it runs when KILN_AUTO_MIXED_PRECISION is
-// "bf16" (or "bfloat16", "mixed_bfloat16") or "f16" ("float16", "mixed_float16"), at
-// level 2 before the fusions; unset, "", "0" or "off" leave graphs in f32; any other
-// value is an InvalidArgumentError when a graph is optimised.
+// In the pipeline (kiln/graph/passes.h) it runs at level 2 before the fusions when
+// PassOptions::auto_mixed_precision is kBF16 or kF16 (FunctionOptions::passes for traced
+// functions, LoadOptions::passes for model packages, `kiln run/serve
+// --auto_mixed_precision`); kF32 (the default) leaves graphs in f32.
 #include <set>
 #include <string>
 
@@ -35,8 +35,5 @@ const AmpLists& default_amp_lists();
 // Rewrites `g` as described above; `low` is DType::kBF16 or kF16. Returns how many op
 // nodes now compute in `low`.
 int auto_mixed_precision(Graph& g, DType low = DType::kBF16, const AmpLists& lists = default_amp_lists());
-
-// The pass as the pipeline runs it: reads KILN_AUTO_MIXED_PRECISION (above).
-void auto_mixed_precision_from_env(Graph& g);
 
 }  // namespace kiln::graph

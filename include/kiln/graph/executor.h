@@ -39,6 +39,7 @@
 #include <mutex>
 #include <vector>
 
+#include "kiln/core/tensor_spec.h"
 #include "kiln/graph/graph.h"
 
 namespace kiln::graph {

@@ -47,19 +47,18 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/tensor_spec.h"
+#include "kiln/core/tensor_spec.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/passes.h"
 
 namespace kiln {
 
-struct TensorSpec {
-  std::vector<int64_t> shape;  // -1: any size
-  DType dtype = DType::kF32;
-};
-
 struct FunctionOptions {
   std::optional<std::vector<TensorSpec>> input_signature;
-  int optimization_level = graph::kDefaultLevel;  // 0: no passes (see passes.h)
+  // The passes run on each traced graph (level, mixed precision, dumps); the name
+  // below replaces passes.name.
+  graph::PassOptions passes;
   std::string name = "function";
 };
 

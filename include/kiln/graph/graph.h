@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "kiln/autodiff/variable.h"
-#include "kiln/core/op_registry.h"
+#include "kiln/core/op_def.h"
 
 namespace kiln::graph {
 

@@ -11,8 +11,8 @@
 // that change nothing, reductions and transposes that only move size-1 dims become
 // reshapes (views), broadcast_to feeding a binary op that broadcasts anyway).
 // Level 2 (default): conv2d + batch_norm_inference folding (constant filter and
-// statistics), the automatic mixed-precision pass (only with KILN_AUTO_MIXED_PRECISION
-// set: kiln/graph/auto_mixed_precision.h), softmax / log_softmax / layer_norm written
+// statistics), the automatic mixed-precision pass (only when PassOptions asks:
+// kiln/graph/auto_mixed_precision.h), softmax / log_softmax / layer_norm written
 // out of primitive ops into the fused op, fusion (matmul + bias + ReLU into
 // fused_matmul, conv2d + ReLU into fused_conv2d, max_pool2d_backward + relu_grad, a
 // convolution's bias gradient into the max_pool2d_backward before it, that backward
@@ -25,24 +25,22 @@
 #include <vector>
 
 #include "kiln/graph/graph.h"
+#include "kiln/graph/pass_options.h"
 
 namespace kiln::graph {
-
-inline constexpr int kDefaultLevel = 2;
 
 struct Pass {
   const char* name;
   int level;  // runs when the pipeline's level >= level
-  void (*run)(Graph& g);
+  void (*run)(Graph& g, const PassOptions& options);
 };
 
 // Every pass in pipeline order.
 const std::vector<Pass>& passes();
 
-// Runs the passes of level <= `level` in order; with `dump_dir` non-empty (or the
-// KILN_DUMP_GRAPH environment variable set), writes <dir>/<name>.<NN>-<pass>.{txt,dot}
-// before the first and after every pass.
-void optimize(Graph& g, int level = kDefaultLevel, const std::string& name = "function", std::string dump_dir = "");
+// Runs the passes of level <= options.level in order (dumping graphs as
+// options.dump_dir says).
+void optimize(Graph& g, const PassOptions& options = {});
 
 // The passes, callable alone (tests).
 void eliminate_dead_code(Graph& g);
@@ -56,7 +54,8 @@ void fuse_matmul_bias_activation(Graph& g);
 void fuse_pool_backward_relu(Graph& g);
 void fuse_pool_backward_bias(Graph& g);
 void fuse_pool_backward_filter(Graph& g);
-void fuse_conv_pool(Graph& g);
+// masks: keep the pool's argmax mask in train steps (PassOptions::pool_mask).
+void fuse_conv_pool(Graph& g, bool masks = true);
 void fuse_elementwise(Graph& g);
 
 // Helpers for passes: every use of `from` (node inputs, outputs, assignments) now

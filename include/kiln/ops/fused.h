@@ -29,15 +29,9 @@
 //       what the op's own kernel computes (same expression, in f32).
 #include <string>
 
-#include "kiln/core/op_registry.h"
 #include "kiln/core/shape.h"
 
 namespace kiln::ops {
-
-// fused_conv2d_backward_filter as the ops it fuses, on the inputs' device: dy into a
-// temporary by max_pool2d_backward's (or _mask's) kernel (with the bias sum), then
-// conv2d_backward_filter's. The CUDA kernel, and the CPU kernel's fallback.
-void fused_conv2d_backward_filter_unfused(OpContext& ctx);
 
 // Whether fused_elementwise can run `op`; *binary tells its arity.
 bool fusable_elementwise(const std::string& op, bool* binary);

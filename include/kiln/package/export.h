@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/graph/function.h"
+#include "kiln/graph/graph.h"
 #include "kiln/package/package.h"
 
 namespace kiln::package {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kiln/core/dtype.h"
-#include "kiln/graph/function.h"
+#include "kiln/core/tensor_spec.h"
 
 namespace kiln::package {
 

@@ -26,13 +26,21 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
+#include "kiln/core/tensor_spec.h"
+#include "kiln/graph/pass_options.h"
 #include "kiln/package/package.h"
+
+namespace kiln::graph {
+class Graph;
+}  // namespace kiln::graph
 
 namespace kiln::package {
 
 struct LoadOptions {
-  // Pass level run on the stored graphs at load (graph::kDefaultLevel: fusion too).
-  int optimization_level = graph::kDefaultLevel;
+  // The passes run on the stored graphs at load (level 2 by default: fusions too).
+  // passes.auto_mixed_precision is the one way a package computes in 16 bits at load;
+  // nothing in the environment changes a package's numerics.
+  graph::PassOptions passes;
   // Verify the SHA-256 of every file (the weights' CRC-32Cs are checked regardless).
   bool verify_sha256 = true;
 };

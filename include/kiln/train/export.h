@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/tensor_spec.h"
 #include "kiln/package/export.h"
 #include "kiln/train/model.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/core/op_registry.h"
+#include "kiln/core/attrs.h"
 
 namespace kiln::backends {
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kiln/core/attrs.h"
 #include "kiln/core/error.h"
-#include "kiln/core/op_registry.h"
 #include "kiln/core/shape.h"
 
 namespace kiln::backends {
@@ -27,8 +27,7 @@ struct ReductionAxes {
 };
 
 inline ReductionAxes reduction_axes(const Attrs& attrs, int rank) {
-  static const std::vector<int64_t> kAll;                                                 // no axes: every dim
-  const std::vector<int64_t>& given = attrs.has("axes") ? attrs.get_ints("axes") : kAll;  // not copied
+  const std::vector<int64_t>& given = attrs.get_ints_or_empty("axes");  // empty: every dim
   ReductionAxes axes;
   if (given.empty()) {
     for (int i = 0; i < rank; ++i) axes.push_back(i);

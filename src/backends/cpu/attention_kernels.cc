@@ -13,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "kiln/core/kernel.h"
 #include "kiln/core/parallel.h"
 #include "nn_kernel_util.h"
 #include "softmax_row.h"

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "direct_conv.h"
+#include "kiln/core/kernel.h"
 #include "kiln/core/kernel_cache.h"
 #include "kiln/core/parallel.h"
 #include "nn_kernel_util.h"
@@ -20,8 +21,8 @@ namespace kiln::cpu {
 namespace {
 
 using dnnl::memory;
-using ops::nn_detail::Conv2dGeometry;
-using ops::nn_detail::conv2d_geometry;
+using nn_geometry::Conv2dGeometry;
+using nn_geometry::conv2d_geometry;
 
 // ---- layout indexing -------------------------------------------------------------------
 

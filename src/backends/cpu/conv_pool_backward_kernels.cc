@@ -11,22 +11,23 @@
 // Fast path: f32 NHWC, stride 1, no dilation, one group, output channels a multiple
 // of 16, an even convolution output, the direct kernel's filter gradient (not a
 // Winograd one: a layer where Winograd applies keeps its faster gradient, unfused).
-// Everything else runs ops::fused_conv2d_backward_filter_unfused. With attr pool_mask
+// Everything else runs backends::fused_conv2d_backward_filter_unfused. With attr pool_mask
 // the rows come from the pool's mask instead of y (1 byte per pooled value read, not 16).
 #include <algorithm>
 #include <vector>
 
 #include "direct_conv.h"
+#include "kiln/core/kernel.h"
 #include "kiln/core/parallel.h"
-#include "kiln/ops/fused.h"
+#include "../common/composite_kernels.h"
 #include "nn_kernel_util.h"
 #include "pool_2x2.h"
 
 namespace kiln::cpu {
 namespace {
 
-using ops::nn_detail::conv2d_geometry;
-using ops::nn_detail::Conv2dGeometry;
+using nn_geometry::conv2d_geometry;
+using nn_geometry::Conv2dGeometry;
 
 #if defined(__AVX2__)
 constexpr int64_t kScratchFloats = 16384;  // dy of one band: 64 KB, in L2 while the gradient reads it
@@ -47,7 +48,7 @@ void fused_conv2d_backward_filter_f32(OpContext& ctx) {
   const Conv2dGeometry g = conv2d_geometry("fused_conv2d_backward_filter", ctx.in[0].shape(),
                                            Shape(ctx.attrs.get_ints("filter_shape")), ctx.attrs);
   direct_conv::Problem p;
-  if (!pooled_problem(g, p)) return ops::fused_conv2d_backward_filter_unfused(ctx);
+  if (!pooled_problem(g, p)) return backends::fused_conv2d_backward_filter_unfused(ctx);
   const float* x = static_cast<const float*>(ctx.in[0].raw_data());
   // Input 1: the pool's input y, or with attr pool_mask its mask (relu folded in).
   const bool with_mask = ctx.attrs.get_bool("pool_mask", false);
@@ -101,7 +102,7 @@ void fused_conv2d_backward_filter_f32(OpContext& ctx) {
     for (int64_t c = 0; db && c < O; ++c) db[c] += s[wsize + c];
   }
 #else
-  ops::fused_conv2d_backward_filter_unfused(ctx);
+  backends::fused_conv2d_backward_filter_unfused(ctx);
 #endif
 }
 

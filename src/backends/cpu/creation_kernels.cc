@@ -7,6 +7,7 @@
 
 #include "kernel_util.h"
 #include "loops.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cpu {
 namespace {

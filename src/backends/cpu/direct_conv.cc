@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "direct_conv_tiles.h"
+#include "kiln/core/flags.h"
 #include "kiln/core/parallel.h"
 #include "onednn.h"
 #include "winograd_conv.h"
@@ -16,10 +17,7 @@ namespace kiln::cpu::direct_conv {
 using namespace detail;
 namespace {
 
-bool enabled() {
-  const char* v = std::getenv("KILN_DIRECT_CONV");
-  return !(v && v[0] == '0');
-}
+bool enabled() { return kernel_preferences().direct_conv != DirectConv::kOff; }
 
 // Whether p takes small_tile: fewer than 8 input channels and kw * c <= kMaxSmallTaps.
 constexpr int64_t kMaxSmallTaps = 9;  // 3x3 on RGB
@@ -216,10 +214,7 @@ bool supports(const Problem& p) { return (p.c >= 8 || few_channels(p)) && handle
 
 bool uses_general_tile(const Problem& p) { return handles(p) && !few_channels(p) && !uses_winograd(p); }
 
-bool general_tile_forced() {
-  const char* v = std::getenv("KILN_DIRECT_CONV");
-  return v && v[0] == '1';
-}
+bool general_tile_forced() { return kernel_preferences().direct_conv == DirectConv::kForceTile; }
 
 size_t packed_size(const Problem& p) { return size_t((uses_winograd(p) ? 16 : p.kh * p.kw) * p.c * p.o); }
 

@@ -8,6 +8,7 @@
 #include "kernel_util.h"
 #include "loops.h"
 #include "vecmath.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cpu {
 namespace {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../common/fused_program.h"
+#include "kiln/core/kernel.h"
 #include "kiln/core/kernel_cache.h"
 #include "kernel_util.h"
 #include "loops.h"

@@ -13,6 +13,7 @@
 
 #include "byte_copy.h"
 #include "kernel_util.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cpu {
 namespace {

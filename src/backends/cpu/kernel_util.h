@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "kiln/core/half.h"
-#include "kiln/core/op_registry.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cpu {
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernel_util.h"
+#include "kiln/core/kernel.h"
 #include "kiln/core/kernel_cache.h"
 #include "kiln/core/parallel.h"
 #include "onednn.h"

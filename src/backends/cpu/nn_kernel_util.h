@@ -4,7 +4,8 @@
 #include <string>
 
 #include "kernel_util.h"
-#include "kiln/ops/nn_geometry.h"
+#include "kiln/core/kernel.h"
+#include "../common/nn_geometry.h"
 #include "onednn.h"
 
 namespace kiln::cpu::nn {
@@ -22,7 +23,7 @@ inline memory::desc queried_md(const dnnl::primitive& p, dnnl_query_t what) {
   return memory::desc(*md);
 }
 
-inline std::string window_key(const ops::nn_detail::Window2d& w) {
+inline std::string window_key(const nn_geometry::Window2d& w) {
   std::string s;
   for (int64_t v : {w.kh, w.kw, w.sh, w.sw, w.dh, w.dw, w.pt, w.pb, w.pl, w.pr, w.oh, w.ow})
     s += std::to_string(v) + ",";

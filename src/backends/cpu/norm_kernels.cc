@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../common/axis_view.h"
+#include "kiln/core/kernel.h"
 #include "kiln/core/parallel.h"
 #include "loops.h"
 #include "nn_kernel_util.h"

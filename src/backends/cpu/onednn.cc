@@ -10,6 +10,7 @@
 
 #include "kiln/core/denormals.h"
 #include "kiln/core/error.h"
+#include "kiln/core/flags.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/shape.h"
 
@@ -73,13 +74,7 @@ dnnl::primitive cached(const std::string& key, const std::function<dnnl::primiti
   return cache.get(key, make);
 }
 
-int64_t serial_macs() {
-  static const int64_t macs = [] {
-    const char* env = std::getenv("KILN_SERIAL_MACS");
-    return env && *env ? std::max<int64_t>(0, std::atoll(env)) : int64_t{192 * 1024};
-  }();
-  return macs;
-}
+int64_t serial_macs() { return kernel_preferences().serial_macs; }
 
 bool runs_avx512() {
   static const bool yes = [] {

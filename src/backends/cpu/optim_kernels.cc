@@ -10,6 +10,7 @@
 
 #include "kernel_util.h"
 #include "loops.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cpu {
 namespace {

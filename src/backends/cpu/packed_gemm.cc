@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kiln/core/flags.h"
 #include "kiln/core/parallel.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -108,8 +109,7 @@ void panels(const float* a, int64_t M, int64_t K, int64_t N, const float* packed
 
 bool available() {
 #ifdef KILN_PACKED_GEMM_AVX2
-  const char* v = std::getenv("KILN_PACKED_GEMM");
-  return !(v && v[0] == '0');
+  return kernel_preferences().packed_gemm;
 #else
   return false;
 #endif

@@ -18,6 +18,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/core/dispatch.h"
+#include "kiln/core/kernel.h"
 #include "kiln/core/parallel.h"
 #include "loops.h"
 #include "nn_kernel_util.h"
@@ -27,8 +29,8 @@ namespace kiln::cpu {
 namespace {
 
 using dnnl::memory;
-using ops::nn_detail::pool2d_geometry;
-using ops::nn_detail::Pool2dGeometry;
+using nn_geometry::pool2d_geometry;
+using nn_geometry::Pool2dGeometry;
 
 // Max pooling backward for NHWC, vectorised across channels. Tasks are (image,
 // channel block) pairs, so overlapping windows never race. When the windows tile

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/core/kernel.h"
 #include "kiln/core/parallel.h"
 #include "loops.h"
 #include "nn_kernel_util.h"
@@ -16,8 +17,8 @@ namespace kiln::cpu {
 namespace {
 
 using dnnl::memory;
-using ops::nn_detail::Pool2dGeometry;
-using ops::nn_detail::pool2d_geometry;
+using nn_geometry::Pool2dGeometry;
+using nn_geometry::pool2d_geometry;
 
 // Max / exclude-padding average over each window; layout-generic reference loop.
 template <typename T, bool kMax>

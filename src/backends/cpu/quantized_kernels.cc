@@ -36,6 +36,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/core/dispatch.h"
+#include "kiln/core/kernel.h"
 #include "kiln/core/kernel_cache.h"
 #include "kiln/core/parallel.h"
 #include "nn_kernel_util.h"
@@ -44,8 +46,8 @@ namespace kiln::cpu {
 namespace {
 
 using dnnl::memory;
-using ops::nn_detail::Conv2dGeometry;
-using ops::nn_detail::conv2d_geometry;
+using nn_geometry::Conv2dGeometry;
+using nn_geometry::conv2d_geometry;
 
 constexpr int64_t kTinyMacs = 4096;
 

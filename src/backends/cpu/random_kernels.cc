@@ -27,6 +27,7 @@
 
 #include "../common/uniform_bounds.h"
 #include "kernel_util.h"
+#include "kiln/core/kernel.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/random.h"
 #include "philox_simd.h"

@@ -10,6 +10,7 @@
 #include "kernel_util.h"
 #include "reduce_util.h"
 #include "vecmath.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cpu {
 
@@ -233,7 +234,7 @@ void k_any(OpContext& ctx) { run_policy(ctx, LogicalP<T, false>{}); }
 
 // Two-pass reductions: a first pass computes one center per output (the mean for
 // var/std, the max for logsumexp), the second accumulates around it.
-template <typename T>
+template <typename T, bool Root>
 void k_var(OpContext& ctx) {
   const Tensor& x = ctx.in[0];
   ReductionView v = prepare_reduction(x, backends::reduction_axes(ctx.attrs, x.rank()));
@@ -242,8 +243,17 @@ void k_var(OpContext& ctx) {
   if (v.reduced > 0) reduce_run(MeanP<T, double>{}, data, center.data(), v.outer, v.reduced, v.inner);
   SqDevP<T> p;
   p.ddof = ctx.attrs.get_int("ddof", 0);
-  p.root = ctx.op.name == "std";
+  p.root = Root;  // std: the square root of var
   reduce_run(p, data, ctx.out[0].data<T>(), v.outer, v.reduced, v.inner, center.data());
+}
+
+template <typename T>
+void k_var_only(OpContext& ctx) {
+  k_var<T, false>(ctx);
+}
+template <typename T>
+void k_std(OpContext& ctx) {
+  k_var<T, true>(ctx);
 }
 
 template <typename T>
@@ -418,8 +428,8 @@ KILN_REG_REDUCE_ALL("all", k_all);
 KILN_REG_REDUCE_ALL("any", k_any);
 KILN_REG_REDUCE_ALL("argmax", k_argmax);
 KILN_REG_REDUCE_ALL("argmin", k_argmin);
-KILN_REG_REDUCE_FLOATS("var", k_var);
-KILN_REG_REDUCE_FLOATS("std", k_var);
+KILN_REG_REDUCE_FLOATS("var", k_var_only);
+KILN_REG_REDUCE_FLOATS("std", k_std);
 KILN_REG_REDUCE_FLOATS("logsumexp", k_logsumexp);
 
 }  // namespace

@@ -33,7 +33,6 @@
 #include <vector>
 
 #include "../common/reduction_plan.h"
-#include "kiln/core/op_registry.h"
 #include "kiln/core/parallel.h"
 
 namespace kiln::cpu {

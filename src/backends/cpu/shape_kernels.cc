@@ -13,6 +13,7 @@
 #include "../common/axis_view.h"
 #include "byte_copy.h"
 #include "kernel_util.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cpu {
 namespace {
@@ -162,8 +163,7 @@ void transpose_generic(const TransposePlan& p, const char* in, char* out) {
 void k_transpose(OpContext& ctx) {
   const Tensor& x = ctx.in[0];
   if (x.numel() == 0) return;
-  static const std::vector<int64_t> kReverse;  // no perm: reverse the dims
-  const std::vector<int64_t>& perm = ctx.attrs.has("perm") ? ctx.attrs.get_ints("perm") : kReverse;  // not copied
+  const std::vector<int64_t>& perm = ctx.attrs.get_ints_or_empty("perm");  // empty: reverse the dims
   TransposePlan p(x.shape(), perm, static_cast<int64_t>(x.itemsize()));
   if (p.rank == 0) {
     parallel_memcpy(out_ptr(ctx.out[0]), in_ptr(x), x.nbytes());

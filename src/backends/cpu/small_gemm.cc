@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kiln/core/flags.h"
 #include "kiln/core/parallel.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -20,10 +21,7 @@ constexpr int64_t kPanel = 64;                // columns of B per panel
 constexpr int64_t kMinMacsPerThread = 32768;  // below this a second thread costs more than it gains
 constexpr int64_t kTinyB = 4096;              // floats (16 KiB): a B that stays in L1
 
-bool enabled() {
-  const char* v = std::getenv("KILN_SMALL_GEMM");
-  return !(v && v[0] == '0');
-}
+bool enabled() { return kernel_preferences().small_gemm; }
 
 #ifdef KILN_SMALL_GEMM_AVX2
 // c[r, 0:ncols] = relu?(a[r, :] @ w[:, 0:S] + bias) for r < R; w's rows are

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/kernel.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/random.h"
 #include "loops.h"

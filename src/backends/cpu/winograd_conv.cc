@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "direct_conv_tiles.h"
+#include "kiln/core/flags.h"
 #include "kiln/core/parallel.h"
 #include "onednn.h"
 
@@ -174,9 +175,8 @@ void gradient_tile_rows(const Problem& p, const float* x, const float* dy, int64
 }  // namespace
 
 bool applies(const Problem& p) {
-  const char* v = std::getenv("KILN_WINOGRAD");
   return p.allow_winograd && p.kh == 3 && p.kw == 3 && p.c >= 8 && p.c % 8 == 0 && p.o % kBlock == 0 &&
-         !(v && v[0] == '0');
+         kernel_preferences().winograd;
 }
 
 void pack_filter(const Problem& p, const float* hwio, float* packed) {

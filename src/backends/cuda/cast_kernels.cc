@@ -1,6 +1,7 @@
 // cast on CUDA.
 #include "cast_launch.h"
 #include "kernel_util.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cuda {
 namespace {

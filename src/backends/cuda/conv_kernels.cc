@@ -26,16 +26,17 @@
 #include "conv_launch.h"
 #include "cuda_error.h"
 #include "kernel_util.h"
-#include "kiln/ops/fused.h"
-#include "kiln/ops/nn_geometry.h"
+#include "kiln/core/kernel.h"
+#include "../common/composite_kernels.h"
+#include "../common/nn_geometry.h"
 #include "matmul_launch.h"
 #include "pool_launch.h"
 
 namespace kiln::cuda {
 namespace {
 
-using ops::nn_detail::Conv2dGeometry;
-using ops::nn_detail::conv2d_geometry;
+using nn_geometry::Conv2dGeometry;
+using nn_geometry::conv2d_geometry;
 
 constexpr size_t kFindWorkspaceBytes = size_t{128} << 20;
 
@@ -413,7 +414,7 @@ KILN_REGISTER_KERNEL("fused_conv2d", kCUDA, KILN_CUDA_FLOAT_DTYPES, fused_conv2d
 KILN_REGISTER_KERNEL("conv2d_backward_data", kCUDA, KILN_CUDA_FLOAT_DTYPES, conv2d_backward_data);
 KILN_REGISTER_KERNEL("conv2d_backward_filter", kCUDA, KILN_CUDA_FLOAT_DTYPES, conv2d_backward_filter);
 // The pool backward into a temporary, then cuDNN's filter gradient (no fused kernel yet).
-KILN_REGISTER_KERNEL("fused_conv2d_backward_filter", kCUDA, DType::kF32, ops::fused_conv2d_backward_filter_unfused);
+KILN_REGISTER_KERNEL("fused_conv2d_backward_filter", kCUDA, DType::kF32, backends::fused_conv2d_backward_filter_unfused);
 
 }  // namespace
 }  // namespace kiln::cuda

@@ -5,6 +5,7 @@
 
 #include "creation_launch.h"
 #include "kernel_util.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cuda {
 namespace {

@@ -10,6 +10,7 @@
 #include "cuda_error.h"
 #include "kiln/core/device_config.h"
 #include "kiln/core/error.h"
+#include "kiln/core/flags.h"
 
 namespace kiln::cuda {
 namespace {
@@ -107,12 +108,6 @@ DeviceContext& context_for(const Tensor& t) {
 
 KernelScope::KernelScope(const Tensor& t) : ctx(context_for(t)), guard(ctx.physical), stream(ctx.stream) {}
 
-bool allow_tf32() {
-  static const bool on = [] {
-    const char* v = std::getenv("KILN_CUDA_ALLOW_TF32");
-    return !(v && (std::string(v) == "0" || std::string(v) == "false" || std::string(v) == "off"));
-  }();
-  return on;
-}
+bool allow_tf32() { return kiln::cuda_allow_tf32(); }
 
 }  // namespace kiln::cuda

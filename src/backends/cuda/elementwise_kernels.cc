@@ -7,6 +7,7 @@
 #include "cuda_error.h"
 #include "elementwise_launch.h"
 #include "kernel_util.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cuda {
 namespace {

@@ -10,6 +10,7 @@
 #include "../common/fused_program.h"
 #include "elementwise_launch.h"
 #include "kernel_util.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cuda {
 namespace {

@@ -12,6 +12,7 @@
 #include "indexing_launch.h"
 #include "kernel_util.h"
 #include "shape_launch.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cuda {
 namespace {

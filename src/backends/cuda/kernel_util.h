@@ -13,7 +13,7 @@
 #include "broadcast.h"
 #include "cuda_context.h"
 #include "kiln/core/error.h"
-#include "kiln/core/op_registry.h"
+#include "kiln/core/kernel.h"
 #include "kiln/core/shape.h"
 
 namespace kiln::cuda {

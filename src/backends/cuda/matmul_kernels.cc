@@ -29,6 +29,7 @@
 #include "cuda_error.h"
 #include "kernel_util.h"
 #include "matmul_launch.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cuda {
 namespace {

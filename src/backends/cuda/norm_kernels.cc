@@ -3,6 +3,7 @@
 #include "../common/axis_view.h"
 #include "kernel_util.h"
 #include "norm_launch.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cuda {
 namespace {

@@ -6,6 +6,7 @@
 // the device, its pointer goes to the kernel, which reads it (no synchronisation).
 #include "kernel_util.h"
 #include "optim_launch.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cuda {
 namespace {

@@ -10,14 +10,16 @@
 // row-major order): deterministic, no atomics.
 #include "cuda_error.h"
 #include "kernel_util.h"
-#include "kiln/ops/nn_geometry.h"
+#include "kiln/core/dispatch.h"
+#include "kiln/core/kernel.h"
+#include "../common/nn_geometry.h"
 #include "pool_launch.h"
 
 namespace kiln::cuda {
 namespace {
 
-using ops::nn_detail::Pool2dGeometry;
-using ops::nn_detail::pool2d_geometry;
+using nn_geometry::Pool2dGeometry;
+using nn_geometry::pool2d_geometry;
 
 PoolDims dims_of(const Pool2dGeometry& g) {
   PoolDims d;
@@ -94,7 +96,7 @@ void global_pool2d(OpContext& ctx) {
   const Tensor& x = ctx.in[0];
   Tensor& out = ctx.out[0];
   if (out.numel() == 0) return;
-  const bool nchw = ops::nn_detail::parse_data_format(kMax ? "global_max_pool2d" : "global_avg_pool2d", ctx.attrs);
+  const bool nchw = nn_geometry::parse_data_format(kMax ? "global_max_pool2d" : "global_avg_pool2d", ctx.attrs);
   const int64_t n = x.dim(0), c = nchw ? x.dim(1) : x.dim(3), hw = nchw ? x.dim(2) * x.dim(3) : x.dim(1) * x.dim(2);
   KernelScope s(out);
   launch_global_pool2d(x.raw_data(), out.raw_data(), out.dtype(), nchw, n, c, hw, kMax, s.stream);

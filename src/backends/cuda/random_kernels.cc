@@ -9,6 +9,7 @@
 #include "../common/uniform_bounds.h"
 #include "kernel_util.h"
 #include "random_launch.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cuda {
 namespace {

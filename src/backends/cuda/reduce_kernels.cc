@@ -13,6 +13,7 @@
 #include "kernel_util.h"
 #include "reduce_launch.h"
 #include "shape_launch.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cuda {
 namespace {

@@ -8,6 +8,7 @@
 #include "../common/axis_view.h"
 #include "kernel_util.h"
 #include "shape_launch.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cuda {
 namespace {

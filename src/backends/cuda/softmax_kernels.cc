@@ -7,6 +7,7 @@
 #include "indexing_launch.h"
 #include "kernel_util.h"
 #include "softmax_launch.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::cuda {
 namespace {

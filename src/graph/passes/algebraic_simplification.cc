@@ -7,6 +7,7 @@
 //   transpose(transpose(x, p), q), q o p = id   -> x
 //   cast(cast(x, wider), x.dtype), exact widening -> x
 // Nodes left without readers go to dead-code elimination.
+#include "kiln/core/tensor_spec.h"
 #include "kiln/graph/passes.h"
 
 namespace kiln::graph {

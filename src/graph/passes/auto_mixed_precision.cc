@@ -12,6 +12,7 @@
 #include <map>
 
 #include "kiln/core/error.h"
+#include "kiln/core/op_def.h"
 #include "kiln/graph/auto_mixed_precision.h"
 
 namespace kiln::graph {
@@ -124,19 +125,6 @@ int auto_mixed_precision(Graph& g, DType low, const AmpLists& lists) {
   out.assignments = std::move(g.assignments);
   g = std::move(out);
   return converted;
-}
-
-void auto_mixed_precision_from_env(Graph& g) {
-  const char* env = std::getenv("KILN_AUTO_MIXED_PRECISION");
-  const std::string v = env ? env : "";
-  if (v.empty() || v == "0" || v == "off") return;
-  if (v == "bf16" || v == "bfloat16" || v == "mixed_bfloat16") {
-    auto_mixed_precision(g, DType::kBF16);
-  } else if (v == "f16" || v == "float16" || v == "mixed_float16") {
-    auto_mixed_precision(g, DType::kF16);
-  } else {
-    throw InvalidArgumentError("KILN_AUTO_MIXED_PRECISION must be bf16, f16, 0 or off, got '" + v + "'");
-  }
 }
 
 }  // namespace kiln::graph

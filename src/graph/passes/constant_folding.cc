@@ -2,6 +2,8 @@
 // computed once, now, with the eager kernels, and becomes a constant. Outputs over
 // 64 MiB are left alone (they would bloat the graph), and so are random ops that draw
 // new numbers each run.
+#include "kiln/core/dispatch.h"
+#include "kiln/core/tensor_spec.h"
 #include "kiln/graph/passes.h"
 #include "pass_util.h"
 

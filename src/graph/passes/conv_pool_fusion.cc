@@ -20,8 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/op_def.h"
 #include "kiln/graph/passes.h"
-#include "kiln/ops/nn_geometry.h"
+#include "backends/common/nn_geometry.h"
 #include "pass_util.h"
 
 namespace kiln::graph {
@@ -38,7 +39,7 @@ bool mask_serves(const Node& r, ValueRef cv, bool relu) {
   size_t slot;
   if (is_op(r, "max_pool2d_backward")) {
     if (r.inputs.size() != 2 || r.outputs[0].dtype != DType::kF32 ||
-        !ops::nn_detail::pool2d_geometry("max_pool2d_backward", r.outputs[0].shape, r.attrs).nhwc_2x2_stride_2())
+        !nn_geometry::pool2d_geometry("max_pool2d_backward", r.outputs[0].shape, r.attrs).nhwc_2x2_stride_2())
       return false;
     slot = 0;
   } else if (is_op(r, "fused_conv2d_backward_filter")) {
@@ -67,15 +68,9 @@ void read_mask(Node& r, ValueRef m, const OpDef& backward_mask) {
   }
 }
 
-// KILN_POOL_MASK=0 keeps conv_output instead (to compare the two; read per pass run).
-bool masks_enabled() {
-  const char* env = std::getenv("KILN_POOL_MASK");
-  return !(env && std::string(env) == "0");
-}
-
 }  // namespace
 
-void fuse_conv_pool(Graph& g) {
+void fuse_conv_pool(Graph& g, bool masks) {
   const std::map<ValueRef, int> uses = count_live_uses(g);
   const std::vector<bool> live = live_nodes(g);
   const OpDef& backward_mask = OpRegistry::global().get("max_pool2d_backward_mask");
@@ -91,8 +86,8 @@ void fuse_conv_pool(Graph& g) {
     // Other readers take the second output, which exists from the pool's place on.
     if (pass_util::read_between(g, cv, static_cast<size_t>(cv.node), i)) continue;
     const bool keep = uses.count(cv) && uses.at(cv) > 1;
-    const ops::nn_detail::Pool2dGeometry p =
-        ops::nn_detail::pool2d_geometry("max_pool2d", conv.outputs[0].shape, pool.attrs);
+    const nn_geometry::Pool2dGeometry p =
+        nn_geometry::pool2d_geometry("max_pool2d", conv.outputs[0].shape, pool.attrs);
     if (!p.nhwc_2x2_stride_2() || p.win.oh != p.h / 2 || p.win.ow != p.w / 2 || p.win.oh < 1 || p.win.ow < 1) continue;
     // The kernel computes only the rows and columns the pool reads: all of them when even.
     if (keep && (p.h % 2 != 0 || p.w % 2 != 0)) continue;
@@ -110,7 +105,7 @@ void fuse_conv_pool(Graph& g) {
         std::find(g.outputs.begin(), g.outputs.end(), cv) != g.outputs.end() ||
         std::any_of(g.assignments.begin(), g.assignments.end(), [&](const Assignment& a) { return a.value == cv; });
     const bool mask =
-        keep && !external && masks_enabled() &&
+        keep && !external && masks &&
         std::all_of(readers.begin(), readers.end(), [&](size_t j) { return mask_serves(g.nodes[j], cv, relu); });
     Node f = conv;
     f.op = &fused;

@@ -14,6 +14,7 @@
 #include <queue>
 #include <set>
 
+#include "kiln/core/op_def.h"
 #include "kiln/graph/passes.h"
 #include "kiln/ops/fused.h"
 

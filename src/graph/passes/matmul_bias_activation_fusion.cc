@@ -4,6 +4,7 @@
 // conv2d(x, w[, bias]) -> relu becomes fused_conv2d (a ReLU post-op).
 #include <map>
 
+#include "kiln/core/op_def.h"
 #include "kiln/graph/passes.h"
 #include "pass_util.h"
 

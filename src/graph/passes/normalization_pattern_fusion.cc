@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 
+#include "kiln/core/op_def.h"
 #include "kiln/graph/passes.h"
 #include "kiln/ops.h"
 #include "pass_util.h"

@@ -1,5 +1,6 @@
 #pragma once
 // Helpers the rewriting passes share (internal to src/graph/passes/).
+#include "kiln/core/dispatch.h"
 #include "kiln/graph/passes.h"
 
 namespace kiln::graph::pass_util {

@@ -1,9 +1,9 @@
 // The pass pipeline: the ordered list, levels, dumps.
-#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include "kiln/core/flags.h"
 #include "kiln/graph/auto_mixed_precision.h"
 #include "kiln/graph/passes.h"
 
@@ -12,24 +12,30 @@ namespace kiln::graph {
 const std::vector<Pass>& passes() {
   // Order: fold and simplify first (they expose duplicates and dead nodes), then
   // merge duplicates, then drop what nothing reads.
+  // Passes that need no options take the graph alone.
+#define KILN_PASS(fn) [](Graph& g, const PassOptions&) { fn(g); }
   static const std::vector<Pass> kPasses = {
-      {"constant_folding", 1, fold_constants},
-      {"shape_simplification", 1, simplify_shapes},
-      {"algebraic_simplification", 1, simplify_algebra},
-      {"common_subexpression_elimination", 1, eliminate_common_subexpressions},
-      {"conv_batch_norm_folding", 2, fold_conv_batch_norm},
-      {"normalization_pattern_fusion", 2, fuse_normalization_patterns},
-      // Only with KILN_AUTO_MIXED_PRECISION set (kiln/graph/auto_mixed_precision.h);
+      {"constant_folding", 1, KILN_PASS(fold_constants)},
+      {"shape_simplification", 1, KILN_PASS(simplify_shapes)},
+      {"algebraic_simplification", 1, KILN_PASS(simplify_algebra)},
+      {"common_subexpression_elimination", 1, KILN_PASS(eliminate_common_subexpressions)},
+      {"conv_batch_norm_folding", 2, KILN_PASS(fold_conv_batch_norm)},
+      {"normalization_pattern_fusion", 2, KILN_PASS(fuse_normalization_patterns)},
+      // Only when PassOptions::auto_mixed_precision asks (kiln/graph/auto_mixed_precision.h);
       // before the fusions, whose fused kernels are f32.
-      {"auto_mixed_precision", 2, auto_mixed_precision_from_env},
-      {"matmul_bias_activation_fusion", 2, fuse_matmul_bias_activation},
-      {"pool_backward_relu_fusion", 2, fuse_pool_backward_relu},
-      {"pool_backward_bias_fusion", 2, fuse_pool_backward_bias},
-      {"pool_backward_filter_fusion", 2, fuse_pool_backward_filter},
-      {"conv_pool_fusion", 2, fuse_conv_pool},
-      {"elementwise_fusion", 2, fuse_elementwise},
-      {"dead_code_elimination", 1, eliminate_dead_code},
+      {"auto_mixed_precision", 2,
+       [](Graph& g, const PassOptions& o) {
+         if (o.auto_mixed_precision != DType::kF32) auto_mixed_precision(g, o.auto_mixed_precision);
+       }},
+      {"matmul_bias_activation_fusion", 2, KILN_PASS(fuse_matmul_bias_activation)},
+      {"pool_backward_relu_fusion", 2, KILN_PASS(fuse_pool_backward_relu)},
+      {"pool_backward_bias_fusion", 2, KILN_PASS(fuse_pool_backward_bias)},
+      {"pool_backward_filter_fusion", 2, KILN_PASS(fuse_pool_backward_filter)},
+      {"conv_pool_fusion", 2, [](Graph& g, const PassOptions& o) { fuse_conv_pool(g, o.pool_mask); }},
+      {"elementwise_fusion", 2, KILN_PASS(fuse_elementwise)},
+      {"dead_code_elimination", 1, KILN_PASS(eliminate_dead_code)},
   };
+#undef KILN_PASS
   return kPasses;
 }
 
@@ -86,16 +92,19 @@ void dump(const std::string& dir, const std::string& name, int step, const std::
 }
 }  // namespace
 
-void optimize(Graph& g, int level, const std::string& name, std::string dump_dir) {
-  if (dump_dir.empty())
-    if (const char* env = std::getenv("KILN_DUMP_GRAPH")) dump_dir = env;
+void optimize(Graph& g, const PassOptions& options) {
+  const std::string& dump_dir = options.dump_dir.empty() ? flags().dump_graph : options.dump_dir;
+  if (options.auto_mixed_precision != DType::kF32 && options.auto_mixed_precision != DType::kBF16 &&
+      options.auto_mixed_precision != DType::kF16)
+    throw InvalidArgumentError(detail::str_cat("PassOptions::auto_mixed_precision must be f32 (off), bf16 or f16, got ",
+                                               dtype_name(options.auto_mixed_precision)));
   int step = 0;
-  if (!dump_dir.empty()) dump(dump_dir, name, step++, "traced", g);
+  if (!dump_dir.empty()) dump(dump_dir, options.name, step++, "traced", g);
   for (const Pass& p : passes()) {
-    if (p.level > level) continue;
-    p.run(g);
+    if (p.level > options.level) continue;
+    p.run(g, options);
     g.check();
-    if (!dump_dir.empty()) dump(dump_dir, name, step++, p.name, g);
+    if (!dump_dir.empty()) dump(dump_dir, options.name, step++, p.name, g);
   }
 }
 

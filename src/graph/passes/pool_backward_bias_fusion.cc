@@ -9,8 +9,9 @@
 #include <algorithm>
 #include <map>
 
+#include "kiln/core/tensor_spec.h"
 #include "kiln/graph/passes.h"
-#include "kiln/ops/nn_geometry.h"
+#include "backends/common/nn_geometry.h"
 #include "pass_util.h"
 
 namespace kiln::graph {
@@ -25,7 +26,7 @@ void fuse_pool_backward_bias(Graph& g) {
     if (!is_op(pool, "max_pool2d_backward") || pv.index != 0 || pool.outputs.size() != 1) continue;
     const Shape& dx = pool.outputs[0].shape;
     if (dx.rank() != 4) continue;
-    const ops::nn_detail::Pool2dGeometry p = ops::nn_detail::pool2d_geometry("max_pool2d_backward", dx, pool.attrs);
+    const nn_geometry::Pool2dGeometry p = nn_geometry::pool2d_geometry("max_pool2d_backward", dx, pool.attrs);
     std::vector<int64_t> axes = s.attrs.get_ints("axes");
     for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
     std::sort(axes.begin(), axes.end());

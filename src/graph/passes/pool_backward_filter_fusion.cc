@@ -10,8 +10,9 @@
 // max_pool2d_backward is left for dead-code elimination.
 #include <map>
 
+#include "kiln/core/op_def.h"
 #include "kiln/graph/passes.h"
-#include "kiln/ops/nn_geometry.h"
+#include "backends/common/nn_geometry.h"
 #include "pass_util.h"
 
 namespace kiln::graph {
@@ -28,7 +29,7 @@ void fuse_pool_backward_filter(Graph& g) {
     const ValueRef dv = f.inputs[1];
     const Node& pool = g.nodes[static_cast<size_t>(dv.node)];
     if (!is_op(pool, "max_pool2d_backward") || dv.index != 0 || uses.count(dv) == 0 || uses.at(dv) != 1) continue;
-    if (!ops::nn_detail::pool2d_geometry("max_pool2d_backward", pool.outputs[0].shape, pool.attrs).nhwc_2x2_stride_2())
+    if (!nn_geometry::pool2d_geometry("max_pool2d_backward", pool.outputs[0].shape, pool.attrs).nhwc_2x2_stride_2())
       continue;
     const bool bias_grad = pool.outputs.size() > 1;
     const ValueRef db{dv.node, 1};

@@ -14,6 +14,7 @@
 // pinned signature traces that shape again).
 #include <algorithm>
 
+#include "kiln/core/op_def.h"
 #include "kiln/graph/passes.h"
 #include "pass_util.h"
 

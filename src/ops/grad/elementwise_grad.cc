@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "grad_util.h"
+#include "kiln/core/op_def.h"
 
 namespace kiln::ops::grad {
 namespace {

@@ -2,7 +2,6 @@
 // Helpers shared by the vjp definitions (internal to the ops layer).
 #include <vector>
 
-#include "kiln/core/op_registry.h"
 #include "kiln/ops.h"
 
 namespace kiln::ops::grad {

@@ -4,6 +4,7 @@
 // iota of the input, and the cotangent is scatter_added at those positions. Index
 // inputs get no gradient; one_hot is not differentiable.
 #include "grad_util.h"
+#include "kiln/core/op_def.h"
 
 namespace kiln::ops::grad {
 namespace {

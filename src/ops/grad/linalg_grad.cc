@@ -8,6 +8,7 @@
 // Every case is one matmul with transpose flags (no transpose copies); broadcast
 // batch dims are summed back with sum_to.
 #include "grad_util.h"
+#include "kiln/core/op_def.h"
 
 namespace kiln::ops::grad {
 namespace {

@@ -5,7 +5,8 @@
 
 #include "../op_util.h"
 #include "grad_util.h"
-#include "kiln/ops/nn_geometry.h"
+#include "kiln/core/op_def.h"
+#include "backends/common/nn_geometry.h"
 
 namespace kiln::ops::grad {
 namespace {
@@ -44,7 +45,7 @@ V conv2d_vjp(const VjpContext& c) {
   if (c.needs(0)) r[0] = call1(KILN_OP("conv2d_backward_data"), {g, w}, with_shape(a, "input_shape", x.shape()));
   if (c.needs(1)) r[1] = call1(KILN_OP("conv2d_backward_filter"), {x, g}, with_shape(a, "filter_shape", w.shape()));
   if (c.inputs.size() == 3 && c.needs(2)) {
-    const bool nchw = nn_detail::parse_data_format("conv2d", a);
+    const bool nchw = nn_geometry::parse_data_format("conv2d", a);
     r[2] = ops::sum(g, nchw ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0, 1, 2});
   }
   return r;
@@ -98,7 +99,7 @@ Tensor kept(const Tensor& g, const Tensor& x, bool nchw) {
 
 V global_avg_pool2d_vjp(const VjpContext& c) {
   const Tensor& x = c.inputs[0];
-  const bool nchw = nn_detail::parse_data_format("global_avg_pool2d", c.attrs);
+  const bool nchw = nn_geometry::parse_data_format("global_avg_pool2d", c.attrs);
   const int64_t hw = nchw ? x.dim(2) * x.dim(3) : x.dim(1) * x.dim(2);
   if (x.numel() == 0) return {ops::zeros_like(x)};
   Tensor g = ops::mul(kept(as(c.cotangents[0], x), x, nchw), scalar_like(x, 1.0 / static_cast<double>(hw)));
@@ -109,7 +110,7 @@ V global_avg_pool2d_vjp(const VjpContext& c) {
 // in row-major order (like max_pool2d; not split between ties).
 V global_max_pool2d_vjp(const VjpContext& c) {
   const Tensor& x = c.inputs[0];
-  const bool nchw = nn_detail::parse_data_format("global_max_pool2d", c.attrs);
+  const bool nchw = nn_geometry::parse_data_format("global_max_pool2d", c.attrs);
   if (x.numel() == 0) return {ops::zeros_like(x)};
   const int64_t h = nchw ? x.dim(2) : x.dim(1), w = nchw ? x.dim(3) : x.dim(2);
   Attrs a{{"ksize", std::vector<int64_t>{h, w}},

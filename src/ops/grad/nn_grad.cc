@@ -5,6 +5,7 @@
 
 #include "../op_util.h"
 #include "grad_util.h"
+#include "kiln/core/op_def.h"
 
 namespace kiln::ops::grad {
 namespace {

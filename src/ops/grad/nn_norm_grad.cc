@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "grad_util.h"
+#include "kiln/core/op_def.h"
 
 namespace kiln::ops::grad {
 namespace {

@@ -12,6 +12,7 @@
 // all, any, argmax and argmin are non-differentiable.
 #include "../op_util.h"
 #include "grad_util.h"
+#include "kiln/core/op_def.h"
 
 namespace kiln::ops::grad {
 namespace {

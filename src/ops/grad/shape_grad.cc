@@ -6,6 +6,7 @@
 #include "../op_util.h"
 #include "../shape_util.h"
 #include "grad_util.h"
+#include "kiln/core/op_def.h"
 
 namespace kiln::ops::grad {
 namespace {

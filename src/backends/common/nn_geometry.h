@@ -25,11 +25,11 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/attrs.h"
 #include "kiln/core/error.h"
-#include "kiln/core/op_registry.h"
 #include "kiln/core/shape.h"
 
-namespace kiln::ops::nn_detail {
+namespace kiln::nn_geometry {
 
 enum class PadMode { kValid, kSame, kExplicit };
 
@@ -228,4 +228,4 @@ inline Pool2dGeometry pool2d_geometry(const char* op, const Shape& x, const Attr
   return g;
 }
 
-}  // namespace kiln::ops::nn_detail
+}  // namespace kiln::nn_geometry
