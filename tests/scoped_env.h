@@ -1,8 +1,8 @@
 #pragma once
 // Sets (or, with a null value, unsets) an environment variable for one scope and
 // restores what was there before, also when the scope is left by an exception: for
-// tests of switches read from the environment (KILN_DIRECT_CONV, KILN_PARALLEL_BRANCHES,
-// KILN_AUTO_MIXED_PRECISION, ...).
+// tests of what the environment must (or must no longer) change. Kernel preferences are
+// set through ScopedKernelPreferences (test_util.h), never the environment.
 #include <cstdlib>
 #include <string>
 

@@ -53,9 +53,9 @@ ModelSpec spec_of(const tfs::ModelSpec& p) {
 
 // The spec of a request: TensorFlow Serving refuses requests without one.
 ModelSpec request_spec(bool has_spec, const tfs::ModelSpec& p) {
-  if (!has_spec) throw ServingError(Code::kInvalidArgument, "Missing ModelSpec");
+  if (!has_spec) throw InvalidArgumentError("Missing ModelSpec");
   ModelSpec s = spec_of(p);
-  if (s.name.empty()) throw ServingError(Code::kInvalidArgument, "ModelSpec.name is empty");
+  if (s.name.empty()) throw InvalidArgumentError("ModelSpec.name is empty");
   return s;
 }
 
@@ -67,7 +67,7 @@ void fill_spec(const Servable& s, const std::string& signature, tfs::ModelSpec* 
 
 void check_deadline(Clock::time_point deadline) {
   if (deadline != Clock::time_point::max() && Clock::now() >= deadline)
-    throw ServingError(Code::kDeadlineExceeded, "deadline exceeded before the request ran");
+    throw DeadlineExceededError("deadline exceeded before the request ran");
 }
 
 // What a finished call reports to Service::record.
@@ -120,7 +120,7 @@ Examples examples_of(bool has_input, const tfs::Input& in) {
         break;
     }
   }
-  if (ex.examples.empty()) throw ServingError(Code::kInvalidArgument, "Input is empty: it holds no examples");
+  if (ex.examples.empty()) throw InvalidArgumentError("Input is empty: it holds no examples");
   return ex;
 }
 
@@ -164,7 +164,7 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
         if (!known) {
           std::string names;
           for (const auto& o : sig.outputs) names += (names.empty() ? "" : ", ") + o.name;
-          throw ServingError(Code::kInvalidArgument, "output tensor alias not found in signature: " + name +
+          throw InvalidArgumentError("output tensor alias not found in signature: " + name +
                                                          " (signature '" + sig.name + "' has outputs: " + names +
                                                          ")");
         }
@@ -186,7 +186,7 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
         if (!wanted.empty() && !wanted.count(o.name)) continue;
         const auto it = outputs.find(o.name);
         if (it == outputs.end())
-          throw ServingError(Code::kInternal, "signature '" + sig.name + "' produced no output '" + o.name + "'");
+          throw InternalError("signature '" + sig.name + "' produced no output '" + o.name + "'");
         tensor_to_proto(it->second, &out[o.name]);
       }
       fill_spec(*servable, sig.name, resp->mutable_model_spec());
@@ -197,11 +197,10 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
                                 tfs::GetModelMetadataResponse* resp) override {
     return run_call(svc_, "get_model_metadata", [&](CallInfo& info) {
       if (req->metadata_field_size() == 0)
-        throw ServingError(Code::kInvalidArgument, "GetModelMetadataRequest must specify at least one metadata_field");
+        throw InvalidArgumentError("GetModelMetadataRequest must specify at least one metadata_field");
       for (const auto& field : req->metadata_field())
         if (field != "signature_def")
-          throw ServingError(Code::kInvalidArgument,
-                             "Metadata field " + field + " is not supported (supported: signature_def)");
+          throw InvalidArgumentError("Metadata field " + field + " is not supported (supported: signature_def)");
       const ModelSpec spec = request_spec(req->has_model_spec(), req->model_spec());
       const auto servable = svc_.resolve(spec);
       info.model = servable->model_name();
@@ -282,13 +281,13 @@ class GrpcServer::ModelImpl final : public tfs::ModelService::Service {
           if (it != m.labels.end()) only = it->second;
         }
         if (!only)
-          throw ServingError(Code::kInvalidArgument, "Unrecognized servable version label: '" + spec.label +
+          throw InvalidArgumentError("Unrecognized servable version label: '" + spec.label +
                                                          "' of model '" + spec.name + "'");
       }
       if (only) {
         std::erase_if(versions, [&](const VersionStatus& v) { return v.version != *only; });
         if (versions.empty())
-          throw ServingError(Code::kNotFound, "Could not find version " + std::to_string(*only) + " of model " +
+          throw NotFoundError("Could not find version " + std::to_string(*only) + " of model " +
                                                   spec.name);
         info.version = *only;
       }
@@ -318,7 +317,7 @@ class GrpcServer::ModelImpl final : public tfs::ModelService::Service {
       resp->mutable_status()->set_error_code(static_cast<tensorflow::error::Code>(static_cast<int>(st.code)));
       resp->mutable_status()->set_error_message(st.message);
       // The gRPC status says it too, as TensorFlow Serving answers.
-      if (!st.ok()) throw ServingError(st.code, st.message);
+      throw_if_error(st);
     });
   }
 
@@ -370,7 +369,7 @@ void GrpcServer::start() {
   if (!server_ || selected == 0) {
     if (server_) server_->Shutdown();
     server_.reset();
-    throw ServingError(Code::kUnavailable, "gRPC server could not listen on " + address +
+    throw UnavailableError("gRPC server could not listen on " + address +
                                                " (port in use, or an address this host does not have)");
   }
   port_ = selected;

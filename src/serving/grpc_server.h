@@ -47,7 +47,7 @@ class GrpcServer {
   GrpcServer(const GrpcServer&) = delete;
   GrpcServer& operator=(const GrpcServer&) = delete;
 
-  // Binds and starts serving; throws ServingError (UNAVAILABLE) naming the address
+  // Binds and starts serving; throws UnavailableError naming the address
   // when it cannot listen (port taken, bad host), InvalidArgumentError for bad options.
   void start();
   // The port listened on (the one chosen when options asked for 0); 0 before start().

@@ -229,7 +229,7 @@ void HttpServer::start() {
   auto& im = *impl_;
   beast::error_code ec;
   auto addr = net::ip::make_address(im.opts.host, ec);
-  if (ec) throw ServingError(Code::kInvalidArgument, "bad listen address '" + im.opts.host + "': " + ec.message());
+  if (ec) throw InvalidArgumentError("bad listen address '" + im.opts.host + "': " + ec.message());
   tcp::endpoint ep(addr, static_cast<unsigned short>(im.opts.port));
   im.acceptor.emplace(net::make_strand(im.ioc));  // accept handlers and close() never overlap
   im.acceptor->open(ep.protocol(), ec);
@@ -237,7 +237,7 @@ void HttpServer::start() {
   if (!ec) im.acceptor->bind(ep, ec);
   if (!ec) im.acceptor->listen(net::socket_base::max_listen_connections, ec);
   if (ec)
-    throw ServingError(Code::kUnavailable, "cannot listen on " + im.opts.host + ":" + std::to_string(im.opts.port) +
+    throw UnavailableError("cannot listen on " + im.opts.host + ":" + std::to_string(im.opts.port) +
                                                 " (REST): " + ec.message());
   port_ = im.acceptor->local_endpoint().port();
   im.work.emplace(im.ioc.get_executor());

@@ -46,7 +46,7 @@ class HttpServer {
  public:
   HttpServer(HttpOptions opts, HttpHandler handler);
   ~HttpServer();  // stop(0)
-  // Binds and starts the I/O threads; throws ServingError(UNAVAILABLE) naming the
+  // Binds and starts the I/O threads; throws UnavailableError naming the
   // address when the port cannot be bound.
   void start();
   int port() const { return port_; }

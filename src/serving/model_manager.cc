@@ -143,7 +143,7 @@ TensorMap Servable::predict_sync(const std::string& signature, TensorMap inputs,
       if (client_gone()) cancelled->store(true);
   }
   if (info) *info = bi;
-  if (!status.ok()) throw ServingError(status.code, status.message);
+  throw_if_error(status);
   return result;
 }
 
@@ -423,12 +423,12 @@ std::shared_ptr<const Servable> ModelManager::find(const std::string& model, std
   std::lock_guard<std::mutex> lock(mu_);
   auto it = models_.find(model);
   if (it == models_.end())
-    throw ServingError(Code::kNotFound, "Servable not found for request: model '" + model + "' is not configured");
+    throw NotFoundError("Servable not found for request: model '" + model + "' is not configured");
   const Model& m = *it->second;
   auto specific = [&](int64_t v, const std::string& how) -> std::shared_ptr<const Servable> {
     auto a = m.available.find(v);
     if (a == m.available.end())
-      throw ServingError(Code::kNotFound, "Servable not found for request: " + how + " of model '" + model +
+      throw NotFoundError("Servable not found for request: " + how + " of model '" + model +
                                               "': version " + std::to_string(v) + " is not available");
     return a->second;
   };
@@ -436,12 +436,11 @@ std::shared_ptr<const Servable> ModelManager::find(const std::string& model, std
   if (!label.empty()) {
     auto l = m.config.labels.find(label);
     if (l == m.config.labels.end())
-      throw ServingError(Code::kInvalidArgument,
-                         "Unrecognized servable version label: '" + label + "' of model '" + model + "'");
+      throw InvalidArgumentError("Unrecognized servable version label: '" + label + "' of model '" + model + "'");
     return specific(l->second, "label '" + label + "'");
   }
   if (m.available.empty())
-    throw ServingError(Code::kUnavailable, "model '" + model + "' has no available version yet");
+    throw UnavailableError("model '" + model + "' has no available version yet");
   if (!m.config.traffic_split.empty()) {
     // Weighted choice among the targets that resolve to an available version.
     std::vector<std::pair<std::shared_ptr<const Servable>, double>> targets;
@@ -476,7 +475,7 @@ std::vector<VersionStatus> ModelManager::status(const std::string& model) const 
   std::lock_guard<std::mutex> lock(mu_);
   auto it = models_.find(model);
   if (it == models_.end())
-    throw ServingError(Code::kNotFound, "Could not find any versions of model " + model);
+    throw NotFoundError("Could not find any versions of model " + model);
   std::vector<VersionStatus> out;
   for (auto& [v, s] : it->second->status) out.push_back(s);
   // Newest first, as TF Serving lists them.

@@ -178,14 +178,14 @@ class RestApi {
               found = true;
             }
           }
-        if (!found) throw ServingError(Code::kInvalidArgument, "Unrecognized servable version label: '" + r.label + "'");
+        if (!found) throw InvalidArgumentError("Unrecognized servable version label: '" + r.label + "'");
       }
       if (want) {
         std::vector<VersionStatus> one;
         for (auto& v : all)
           if (v.version == *want) one.push_back(v);
         if (one.empty())
-          throw ServingError(Code::kNotFound, "Could not find version " + std::to_string(*want) + " of model " + r.model);
+          throw NotFoundError("Could not find version " + std::to_string(*want) + " of model " + r.model);
         all = std::move(one);
       }
       respond({200, "application/json", json::encode_status(all)});

@@ -124,6 +124,12 @@ void Server::start() {
   mo.unbatched_runner = [pool = im.pool.get()](std::function<void()> job) { pool->submit(std::move(job)); };
   mo.poll_seconds = im.opts.file_system_poll_wait_seconds;
   mo.metrics = &im.metrics;
+  if (const std::string& amp = im.opts.auto_mixed_precision; amp == "bf16")
+    mo.load.passes.auto_mixed_precision = DType::kBF16;
+  else if (amp == "f16")
+    mo.load.passes.auto_mixed_precision = DType::kF16;
+  else if (!amp.empty() && amp != "off")
+    throw InvalidArgumentError("--auto_mixed_precision must be off, bf16 or f16, got '" + amp + "'");
   if (im.opts.enable_batching)
     mo.batching = im.opts.batching_parameters_file.empty() ? BatchingOptions{}
                                                            : read_batching_parameters(im.opts.batching_parameters_file);
@@ -184,7 +190,7 @@ void Server::reload_config_file() {
   if (im.opts.model_config_file.empty())
     throw FailedPreconditionError("no --model_config_file to reload (the server was started with --model_base_path)");
   auto st = im.apply_config(read_model_server_config(im.opts.model_config_file));
-  if (!st.ok()) throw ServingError(st.code, st.message);
+  throw_if_error(st);
 }
 
 void Server::stop() {
@@ -262,6 +268,9 @@ int serve_main(int argc, char** argv) {
   app.add_option("--shutdown_grace_seconds", o.shutdown_grace_seconds,
                  "On SIGTERM, how long requests in flight may take to finish")->capture_default_str();
   app.add_flag("--quiet", o.quiet, "No log lines");
+  app.add_option("--auto_mixed_precision", o.auto_mixed_precision,
+                 "off (default: each package computes as stored), bf16 or f16: matmuls, convolutions and the ops "
+                 "between them run in 16 bits (graph pass at load)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

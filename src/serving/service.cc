@@ -25,9 +25,9 @@ Service::Service(ModelManager& manager, Metrics& metrics) : manager_(manager), m
 }
 
 std::shared_ptr<const Servable> Service::resolve(const ModelSpec& spec) const {
-  if (spec.name.empty()) throw ServingError(Code::kInvalidArgument, "the request names no model");
+  if (spec.name.empty()) throw InvalidArgumentError("the request names no model");
   if (spec.version && !spec.label.empty())
-    throw ServingError(Code::kInvalidArgument, "a request may name a version or a label, not both");
+    throw InvalidArgumentError("a request may name a version or a label, not both");
   return manager_.find(spec.name, spec.version, spec.label);
 }
 
@@ -42,7 +42,7 @@ const package::Signature& Service::signature(const Servable& s, const std::strin
   // TF Serving's codes: FAILED_PRECONDITION from Predict, INVALID_ARGUMENT from
   // Classify/Regress (both HTTP 400). The message names no server path.
   if (!found)
-    throw ServingError(method.empty() ? Code::kFailedPrecondition : Code::kInvalidArgument,
+    throw_error(method.empty() ? ErrorCode::kFailedPrecondition : ErrorCode::kInvalidArgument,
                        "Serving signature key \"" + want + "\" not found (model '" + s.model_name() + "' version " +
                            std::to_string(s.version()) + " has: " + have + ")");
   const auto& sig = *found;

@@ -29,23 +29,8 @@ std::string_view code_name(Code c) {
   return "UNKNOWN";
 }
 
-static Code from_error_code(ErrorCode c) {
-  switch (c) {
-    case ErrorCode::kInvalidArgument: return Code::kInvalidArgument;
-    case ErrorCode::kOutOfRange: return Code::kOutOfRange;
-    case ErrorCode::kNotFound: return Code::kNotFound;
-    case ErrorCode::kResourceExhausted: return Code::kResourceExhausted;
-    case ErrorCode::kFailedPrecondition: return Code::kFailedPrecondition;
-    case ErrorCode::kUnimplemented: return Code::kUnimplemented;
-    case ErrorCode::kInternal: return Code::kInternal;
-    case ErrorCode::kDataLoss: return Code::kDataLoss;
-  }
-  return Code::kInternal;
-}
-
 Status status_of(const std::exception& e) {
-  if (auto* se = dynamic_cast<const ServingError*>(&e)) return {se->code(), se->what()};
-  if (auto* ke = dynamic_cast<const Error*>(&e)) return {from_error_code(ke->code()), ke->message()};
+  if (auto* ke = dynamic_cast<const Error*>(&e)) return {static_cast<Code>(ke->code()), ke->message()};
   if (dynamic_cast<const std::bad_alloc*>(&e)) return {Code::kResourceExhausted, "out of memory"};
   return {Code::kInternal, e.what()};
 }
@@ -58,6 +43,10 @@ Status status_of_current_exception() {
   } catch (...) {
     return {Code::kInternal, "unknown exception"};
   }
+}
+
+void throw_if_error(const Status& s) {
+  if (!s.ok()) throw_error(static_cast<ErrorCode>(s.code), s.message);
 }
 
 int http_status(Code c) {

@@ -90,7 +90,7 @@ int run_warmup(const Servable& s) {
       replay(s, log);
     } catch (const std::exception& e) {
       auto st = status_of(e);
-      throw ServingError(st.code, where + ": request " + std::to_string(n) + " failed: " + st.message);
+      throw_if_error({st.code, where + ": request " + std::to_string(n) + " failed: " + st.message});
     }
     off += 12 + len + 4;
     ++n;

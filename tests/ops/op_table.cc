@@ -7,6 +7,7 @@
 #include "kiln/core/device_config.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/core/flags.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/random.h"
@@ -101,7 +102,7 @@ std::vector<Tensor> gradients(const OpCase& c, const std::vector<Tensor>& args) 
 
 void run_op_cases_cuda(const std::string& family, const std::vector<OpCase>& cases) {
   // Full f32 precision: the CPU reference is f32, TF32 (on by default) has a 10-bit mantissa.
-  setenv("KILN_CUDA_ALLOW_TF32", "0", 1);
+  set_cuda_allow_tf32(false);
   Backend* b = find_backend(DeviceType::kCUDA);
   if (!b) GTEST_SKIP() << "no CUDA backend: " << backend_unavailable_reason(DeviceType::kCUDA);
   if (b->device_count() == 0) GTEST_SKIP() << "no CUDA device: " << b->no_device_reason();

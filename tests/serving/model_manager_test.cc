@@ -70,8 +70,8 @@ TEST(ModelManager, LatestVersionServesAndNewVersionsSwapIn) {
   try {
     mgr.find("m", 2, "");
     ADD_FAILURE() << "version 2 was unloaded";
-  } catch (const ServingError& e) {
-    EXPECT_EQ(e.code(), Code::kNotFound);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
   }
 }
 
@@ -138,15 +138,15 @@ TEST(ModelManager, PoliciesLabelsAndTrafficSplit) {
   try {
     mgr.find("m", std::nullopt, "nope");
     ADD_FAILURE();
-  } catch (const ServingError& e) {
-    EXPECT_EQ(e.code(), Code::kInvalidArgument);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("label: 'nope'"), std::string::npos);
   }
   try {
     mgr.find("m", 3, "");  // on disk, not in the policy
     ADD_FAILURE();
-  } catch (const ServingError& e) {
-    EXPECT_EQ(e.code(), Code::kNotFound);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
   }
   c.policy.kind = VersionPolicy::Kind::kAll;
   mgr.set_config({c});
@@ -166,8 +166,8 @@ TEST(ModelManager, ConfigIsValidated) {
   try {
     mgr.find("zzz", std::nullopt, "");
     ADD_FAILURE();
-  } catch (const ServingError& e) {
-    EXPECT_EQ(e.code(), Code::kNotFound);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
   }
 }
 
@@ -180,8 +180,8 @@ TEST(ModelManager, ModelWithoutVersionsIsUnavailableNotCrashing) {
   try {
     mgr.find("m", std::nullopt, "");
     ADD_FAILURE();
-  } catch (const ServingError& e) {
-    EXPECT_EQ(e.code(), Code::kUnavailable);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
   }
 }
 

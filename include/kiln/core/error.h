@@ -6,6 +6,10 @@
 // that front ends can map it (e.g. to HTTP/gRPC status codes as TensorFlow Serving
 // does); the message says what was expected and what came. kiln never aborts the
 // process on bad input.
+//
+// One taxonomy for every layer: the codes are gRPC's and TensorFlow's canonical codes,
+// with their numbers (OK aside), so the model server sends them as they are
+// (kiln/serving/status.h) and a client sees what the library threw.
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -13,15 +17,23 @@
 
 namespace kiln {
 
-enum class ErrorCode {
-  kInvalidArgument,
-  kOutOfRange,
-  kNotFound,
-  kResourceExhausted,
-  kFailedPrecondition,
-  kUnimplemented,
-  kInternal,
-  kDataLoss,
+enum class ErrorCode : int {
+  kCancelled = 1,           // the caller gave up (a client went away)
+  kUnknown = 2,
+  kInvalidArgument = 3,     // bad input, whatever the state
+  kDeadlineExceeded = 4,    // a deadline passed before the work finished
+  kNotFound = 5,
+  kAlreadyExists = 6,
+  kPermissionDenied = 7,
+  kResourceExhausted = 8,   // memory, a queue, a limit
+  kFailedPrecondition = 9,  // valid input, wrong state
+  kAborted = 10,
+  kOutOfRange = 11,
+  kUnimplemented = 12,
+  kInternal = 13,           // a broken invariant of kiln itself
+  kUnavailable = 14,        // not ready or shutting down: retry later
+  kDataLoss = 15,           // corrupt or truncated data
+  kUnauthenticated = 16,
 };
 
 std::string_view error_code_name(ErrorCode code);
@@ -51,7 +63,15 @@ KILN_DEFINE_ERROR(FailedPreconditionError, kFailedPrecondition)
 KILN_DEFINE_ERROR(UnimplementedError, kUnimplemented)
 KILN_DEFINE_ERROR(InternalError, kInternal)
 KILN_DEFINE_ERROR(DataLossError, kDataLoss)
+KILN_DEFINE_ERROR(CancelledError, kCancelled)
+KILN_DEFINE_ERROR(DeadlineExceededError, kDeadlineExceeded)
+KILN_DEFINE_ERROR(UnavailableError, kUnavailable)
+KILN_DEFINE_ERROR(AbortedError, kAborted)
+KILN_DEFINE_ERROR(AlreadyExistsError, kAlreadyExists)
 #undef KILN_DEFINE_ERROR
+
+// Throws the error class of `code` (kiln::Error itself for the codes without one).
+[[noreturn]] void throw_error(ErrorCode code, const std::string& message);
 
 namespace detail {
 template <typename... Args>

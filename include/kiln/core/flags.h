@@ -68,7 +68,8 @@ struct KernelPreferences {
   int64_t serial_macs = 192 * 1024;  // KILN_SERIAL_MACS: oneDNN problems below this many
                                      // multiply-adds run on the calling thread alone
   bool parallel_branches = false;    // KILN_PARALLEL_BRANCHES=1: the executor runs independent
-                                     // heavy nodes two at a time (planned at a graph's first run)
+                                     // heavy nodes two at a time (read when it plans a new
+                                     // input signature)
 };
 KernelPreferences kernel_preferences();
 void set_kernel_preferences(const KernelPreferences& p);

@@ -16,7 +16,7 @@
 //
 // In the pipeline (kiln/graph/passes.h) it runs at level 2 before the fusions when
 // PassOptions::auto_mixed_precision is kBF16 or kF16 (FunctionOptions::passes for traced
-// functions, LoadOptions::passes for model packages, `kiln run/serve
+// functions, LoadOptions::passes for model packages, `kiln serve
 // --auto_mixed_precision`); kF32 (the default) leaves graphs in f32.
 #include <set>
 #include <string>

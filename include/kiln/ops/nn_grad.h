@@ -5,7 +5,7 @@
 // code and tests can call them directly.
 //
 // Attributes and errors are those of the forward op (see max_pool2d/avg_pool2d in
-// kiln/ops/nn.h and kiln/ops/nn_geometry.h), plus InvalidArgumentError when dy does
+// kiln/ops/nn.h; the geometry is src/backends/common/nn_geometry.h), plus InvalidArgumentError when dy does
 // not have the forward op's output shape or x's dtype.
 #include <cstdint>
 #include <string>

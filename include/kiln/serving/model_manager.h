@@ -79,7 +79,7 @@ class Servable {
   void predict(const std::string& signature, TensorMap inputs, Clock::time_point deadline,
                std::function<void(const Status&, TensorMap, const BatchInfo&)> done,
                std::shared_ptr<const std::atomic<bool>> cancelled = nullptr) const;
-  // Blocking form; throws ServingError / kiln::Error. `client_gone`, when given, is
+  // Blocking form; throws kiln::Error (UnavailableError, DeadlineExceededError, ...). `client_gone`, when given, is
   // polled every 10 ms while the call waits: once true, the request is cancelled
   // (dropped from its queue, CANCELLED) instead of run.
   TensorMap predict_sync(const std::string& signature, TensorMap inputs,

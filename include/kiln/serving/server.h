@@ -33,6 +33,10 @@ struct ServerOptions {
   bool enable_warmup = true;             // assets.extra/tf_serving_warmup_requests
   double shutdown_grace_seconds = 10;
   bool quiet = false;                    // no structured log lines (tests, benchmarks)
+  // Automatic mixed precision at load: "" or "off" (default: the packages' own numerics),
+  // "bf16" or "f16" (graph::PassOptions::auto_mixed_precision). Only this option changes
+  // what a package computes in; the environment never does.
+  std::string auto_mixed_precision;
 };
 
 class Server {

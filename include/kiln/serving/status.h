@@ -1,7 +1,9 @@
 #pragma once
 // Status codes of the model server: gRPC's canonical codes (the numbers are gRPC's and
-// TensorFlow's error::Code), how kiln's typed errors map onto them, and the HTTP status
-// TensorFlow Serving answers for each.
+// TensorFlow's error::Code, and kiln::ErrorCode's: kiln/core/error.h, one taxonomy for
+// every layer), and the HTTP status TensorFlow Serving answers for each. The server
+// throws kiln's typed errors (UnavailableError, DeadlineExceededError, ...) like every
+// other layer; status_of() turns any exception into a Status.
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -31,26 +33,14 @@ enum class Code : int {
 
 std::string_view code_name(Code c);  // "INVALID_ARGUMENT", as gRPC and TensorFlow spell it
 
-// An error of the serving layer (deadline passed, queue full, model unavailable ...).
-// kiln::Error (core/error.h) carries the op and package layers' errors; status_of()
-// maps both.
-class ServingError : public std::runtime_error {
- public:
-  ServingError(Code code, const std::string& message) : std::runtime_error(message), code_(code) {}
-  Code code() const noexcept { return code_; }
-
- private:
-  Code code_;
-};
-
 struct Status {
   Code code = Code::kOk;
   std::string message;
   bool ok() const { return code == Code::kOk; }
 };
 
-// kiln::Error -> its code (InvalidArgument, NotFound, ...), ServingError -> its code,
-// std::bad_alloc -> RESOURCE_EXHAUSTED, anything else -> INTERNAL.
+// kiln::Error -> its code (the same number), std::bad_alloc -> RESOURCE_EXHAUSTED,
+// anything else -> INTERNAL.
 Status status_of(const std::exception& e);
 Status status_of_current_exception();  // inside a catch block
 
@@ -58,5 +48,8 @@ Status status_of_current_exception();  // inside a catch block
 // 404 not found, 409 already exists/aborted, 429 resource exhausted, 499 cancelled,
 // 501 unimplemented, 503 unavailable, 504 deadline exceeded, 500 otherwise.
 int http_status(Code c);
+
+// Throws the kiln::Error of a failed status (its code and message); nothing for OK.
+void throw_if_error(const Status& s);
 
 }  // namespace kiln::serving

@@ -9,8 +9,8 @@
 // the forward has it, or fused_conv2d_backward_filter), the second output is the pool's
 // argmax mask instead (attr pool_mask, u8 of the pooled shape) and they read that
 // (max_pool2d_backward_mask; fused_conv2d_backward_filter with pool_mask): the
-// convolution's output is never written (KILN_POOL_MASK=0, or that output also a graph
-// output or an assigned value: conv_output). Level 2, after
+// convolution's output is never written (PassOptions::pool_mask false, or that output
+// also a graph output or an assigned value: conv_output). Level 2, after
 // matmul_bias_activation_fusion (which makes the fused_conv2d of conv2d -> relu) and
 // the pool-backward fusions (which match the unfused convolution), before dead-code
 // elimination (which drops the convolution the fused node replaces).
