@@ -36,9 +36,10 @@ void OpRegistry::define(OpDef d) {
   if (it == ops_.end()) it = ops_.emplace(d.name, Entry{}).first;
   Entry& e = it->second;
   KILN_CHECK_INTERNAL(!e.defined, "op '", d.name, "' is defined twice");
-  // Kernels and a vjp may have registered first.
+  // Kernels, a vjp and traits may have registered first.
   d.kernels_ = e.def.kernels_;
   if (e.def.vjp) d.vjp = e.def.vjp;
+  if (e.has_traits) d.traits = e.def.traits;
   e.def = std::move(d);
   e.defined = true;
 }
@@ -48,6 +49,11 @@ void OpRegistry::register_kernel(std::string_view op, DeviceType dev, DType dt, 
 }
 
 void OpRegistry::register_vjp(std::string_view op, VjpFn fn) { slot(op).vjp = fn; }
+
+void OpRegistry::register_traits(std::string_view op, const OpTraits& traits) {
+  slot(op).traits = traits;
+  ops_.find(op)->second.has_traits = true;
+}
 
 std::vector<const OpDef*> OpRegistry::all() const {
   std::vector<const OpDef*> v;
@@ -70,6 +76,8 @@ std::vector<std::string> OpRegistry::verify(std::span<const std::string_view> ex
           problems.push_back(detail::str_cat("a ", device_type_name(static_cast<DeviceType>(dev)),
                                              " kernel is registered for '", name, "', which no op defines"));
       if (e.def.vjp) problems.push_back(detail::str_cat("a vjp is registered for '", name, "', which no op defines"));
+      if (e.has_traits)
+        problems.push_back(detail::str_cat("traits are registered for '", name, "', which no op defines"));
       continue;
     }
     if (!e.def.infer) problems.push_back(detail::str_cat("op '", name, "' has no shape inference"));
@@ -83,6 +91,10 @@ std::vector<std::string> OpRegistry::verify(std::span<const std::string_view> ex
 OpRegistration::OpRegistration(OpDef d) { OpRegistry::global().define(std::move(d)); }
 
 VjpRegistration::VjpRegistration(const char* op, VjpFn fn) { OpRegistry::global().register_vjp(op, fn); }
+
+OpTraitsRegistration::OpTraitsRegistration(const char* op, const OpTraits& traits) {
+  OpRegistry::global().register_traits(op, traits);
+}
 
 KernelRegistration::KernelRegistration(const char* op, DeviceType dev, std::initializer_list<DType> dtypes,
                                        KernelFn fn) {

@@ -85,7 +85,7 @@ class ArenaPlanner {
   size_t end_ = 0;
 };
 
-bool is_view_op(const OpDef* op) { return op && op->name == "reshape"; }
+bool is_view_op(const OpDef* op) { return op && op->traits.view; }
 
 using NodeCaches = std::vector<std::unique_ptr<KernelCache>>;  // per node (null: no kernel)
 
@@ -110,12 +110,10 @@ std::vector<Stage> schedule(const Graph& g, const std::function<const TensorMeta
   // Work of a heavy node: sqrt(|a| |b| |out|), M*K*N for a matmul (the same order for a
   // convolution and its gradients); 0 for everything else.
   std::vector<double> work(n, 0.0);
-  static const std::array<const char*, 6> kHeavy = {"matmul", "fused_matmul", "conv2d", "fused_conv2d",
-                                                    "conv2d_backward_data", "conv2d_backward_filter"};
   for (size_t i = 0; pairs && i < n; ++i) {
     const Node& nd = g.nodes[i];
     if (nd.kind != NodeKind::kOp || nd.inputs.size() < 2) continue;
-    if (std::find(kHeavy.begin(), kHeavy.end(), nd.op->name) == kHeavy.end()) continue;
+    if (!nd.op->traits.heavy) continue;  // OpTraits::heavy: matmuls, convolutions
     work[i] = std::sqrt(static_cast<double>(meta(nd.inputs[0]).shape.numel()) *
                         static_cast<double>(meta(nd.inputs[1]).shape.numel()) *
                         static_cast<double>(nd.outputs[0].shape.numel()));

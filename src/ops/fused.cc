@@ -39,9 +39,11 @@ KILN_REGISTER_OP(detail::make_def("fused_matmul", "activation(a @ b + bias), mad
                                   Differentiable::kNo));
 
 // fused_elementwise: see kiln/ops/fused.h.
-constexpr const char* kFusableUnary[] = {"neg", "abs", "square", "exp", "log", "log1p", "sqrt", "rsqrt",
-                                         "reciprocal", "sin", "cos", "tanh", "sigmoid", "relu"};
-constexpr const char* kFusableBinary[] = {"add", "sub", "mul", "div", "maximum", "minimum", "relu_grad"};
+// An op's arity as one instruction of fused_elementwise (its OpTraits, op_traits.cc).
+ElementwiseArity arity_of(std::string_view op) {
+  const OpDef* d = OpRegistry::global().find(op);
+  return d ? d->traits.elementwise : ElementwiseArity::kNone;
+}
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -76,9 +78,8 @@ std::vector<TensorMeta> infer_fused_elementwise(std::span<const TensorMeta> in, 
            " and " + shape.str() + ")");
   for (size_t k = 0; k < ops.size(); ++k) {
     const int64_t defined = static_cast<int64_t>(in.size() + k);  // registers before instruction k
-    bool unary = false, binary = false;
-    for (const char* u : kFusableUnary) unary = unary || ops[k] == u;
-    for (const char* b : kFusableBinary) binary = binary || ops[k] == b;
+    const ElementwiseArity arity = arity_of(ops[k]);
+    const bool unary = arity == ElementwiseArity::kUnary, binary = arity == ElementwiseArity::kBinary;
     if (!unary && !binary) fail("op '" + ops[k] + "' cannot be fused");
     const int64_t a = args[2 * k], b = args[2 * k + 1];
     if (a < 0 || a >= defined || (binary && (b < 0 || b >= defined)) || (unary && b != -1))
@@ -112,11 +113,9 @@ bool broadcasts_along_leading_dims(const Shape& in, const Shape& out) {
 }
 
 bool fusable_elementwise(const std::string& op, bool* binary) {
-  for (const char* u : kFusableUnary)
-    if (op == u) return (*binary = false), true;
-  for (const char* b : kFusableBinary)
-    if (op == b) return (*binary = true), true;
-  return false;
+  const ElementwiseArity arity = arity_of(op);
+  *binary = arity == ElementwiseArity::kBinary;
+  return arity != ElementwiseArity::kNone;
 }
 
 }  // namespace kiln::ops

@@ -4,6 +4,9 @@
 // at the graph's edges (outputs, variables, assignments), results close to f32, and
 // the pipeline's PassOptions::auto_mixed_precision.
 
+#include <set>
+#include <string>
+
 #include "kiln/autodiff/tape.h"
 #include "kiln/autodiff/variable.h"
 #include "kiln/core/dtype.h"
@@ -164,4 +167,15 @@ TEST(AutoMixedPrecision, PipelineOptionAndBadValues) {
 }
 
 }  // namespace
+// The default lists are the ops' traits (OpTraits::amp); these are the lists the pass
+// was written and measured with.
+TEST(AutoMixedPrecision, DefaultListsComeFromOpTraits) {
+  const AmpLists& l = default_amp_lists();
+  EXPECT_EQ(l.allow, (std::set<std::string>{"matmul", "conv2d", "conv2d_backward_data", "conv2d_backward_filter"}));
+  EXPECT_EQ(l.infer, (std::set<std::string>{"add", "sub", "mul", "neg", "maximum", "minimum", "relu", "relu_grad",
+                                            "leaky_relu", "gelu", "tanh", "sigmoid", "max_pool2d",
+                                            "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward"}));
+  EXPECT_EQ(l.clear, (std::set<std::string>{"reshape", "transpose", "concat", "pad", "stop_gradient"}));
+}
+
 }  // namespace kiln::graph

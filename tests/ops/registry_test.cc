@@ -66,5 +66,29 @@ TEST(OpRegistry, EveryOpIsListedOnceWithItsSchema) {
   }
 }
 
+// Every op whose traits say fused_elementwise can run it does, and computes what the
+// op computes (the same expression, f32).
+TEST(OpRegistry, ElementwiseTraitsHoldForFusedElementwise) {
+  const OpDef& fused = OpRegistry::global().get("fused_elementwise");
+  const Tensor a = Tensor::from_vector<float>({0.5f, -1.25f, 2.0f, 0.75f}, Shape{4});
+  const Tensor b = Tensor::from_vector<float>({1.5f, 0.25f, -3.0f, 0.75f}, Shape{4});
+  int checked = 0;
+  for (const OpDef* d : OpRegistry::global().all()) {
+    if (d->traits.elementwise == ElementwiseArity::kNone) continue;
+    SCOPED_TRACE(d->name);
+    const bool binary = d->traits.elementwise == ElementwiseArity::kBinary;
+    // Positive inputs for the ops with a restricted domain (log, sqrt, ...).
+    const Tensor x = binary ? a : Tensor::from_vector<float>({0.5f, 1.25f, 2.0f, 0.75f}, Shape{4});
+    std::vector<Tensor> in{x};
+    if (binary) in.push_back(b);
+    const Attrs attrs{{"ops", d->name}, {"args", std::vector<int64_t>{0, binary ? 1 : -1}}};
+    const Tensor got = call_op1(fused, in, attrs);
+    const Tensor want = call_op1(*d, in, {});
+    EXPECT_TRUE(allclose(got, want, 1e-6, 1e-6)) << describe_mismatch(got, want, 1e-6, 1e-6);
+    ++checked;
+  }
+  EXPECT_GE(checked, 20);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -47,6 +47,29 @@ using VjpFn = std::vector<Tensor> (*)(const VjpContext& ctx);
 
 enum class Differentiable : uint8_t { kUnknown, kYes, kNo };
 
+// What passes and the executor need to know of an op, in one place
+// (src/ops/op_traits.cc) instead of lists of names in each of them.
+enum class AmpClass : uint8_t {
+  kDeny,   // stays in f32 (default): exp, log, softmax, reductions, losses, updates
+  kAllow,  // always 16-bit under mixed precision: matmul, convolutions
+  kInfer,  // 16-bit between 16-bit ops: elementwise arithmetic, activations, pooling
+  kClear,  // follows its inputs: data movement (reshape, transpose, concat, pad)
+};
+enum class ElementwiseArity : uint8_t { kNone, kUnary, kBinary };
+struct OpTraits {
+  // Its output is its input's buffer (reshape): the executor plans no memory and runs
+  // no kernel for it.
+  bool view = false;
+  // Work ~ M*K*N (matmuls, convolutions and their gradients): what the executor pairs
+  // when it runs independent branches together.
+  bool heavy = false;
+  // Its class under automatic mixed precision (kiln/graph/auto_mixed_precision.h).
+  AmpClass amp = AmpClass::kDeny;
+  // fused_elementwise can run it as one instruction of this arity (f32; the same
+  // expression as the op's own kernel).
+  ElementwiseArity elementwise = ElementwiseArity::kNone;
+};
+
 struct OpDef {
   std::string name;
   std::string doc;
@@ -70,6 +93,7 @@ struct OpDef {
   // the variables they update. The shapes and dtypes must still match. Input -1: any
   // input (a variadic op).
   std::vector<std::pair<int, int>> overwritable;
+  OpTraits traits;  // registered apart (KILN_REGISTER_OP_TRAITS), merged in any order
   bool may_overwrite(int output, int input) const {
     for (const auto& [o, i] : overwritable)
       if (o == output && (i == input || i == -1)) return true;
@@ -104,9 +128,10 @@ class OpRegistry {
   void define(OpDef def);
   void register_kernel(std::string_view op, DeviceType dev, DType dt, KernelFn fn);
   void register_vjp(std::string_view op, VjpFn fn);
+  void register_traits(std::string_view op, const OpTraits& traits);
 
-  // The registry's self-test: one line per problem (a kernel or a vjp registered under
-  // a name no op defines — a misspelt registration that would never run —, an op
+  // The registry's self-test: one line per problem (a kernel, vjp or traits registered
+  // under a name no op defines — a misspelt registration that would never run —, an op
   // without inference, an op without a CPU kernel for any dtype, a name in `expected`
   // that is not defined). Empty: consistent.
   std::vector<std::string> verify(std::span<const std::string_view> expected = {}) const;
@@ -118,6 +143,7 @@ class OpRegistry {
   struct Entry {
     OpDef def;
     bool defined = false;
+    bool has_traits = false;
   };
   std::map<std::string, Entry, std::less<>> ops_;
 };
@@ -130,6 +156,10 @@ struct OpRegistration {
 struct VjpRegistration {
   VjpRegistration(const char* op, VjpFn fn);
 };
+// Attaches traits to an op (registration order does not matter).
+struct OpTraitsRegistration {
+  OpTraitsRegistration(const char* op, const OpTraits& traits);
+};
 
 }  // namespace kiln
 
@@ -137,3 +167,5 @@ struct VjpRegistration {
   static ::kiln::OpRegistration KILN_CONCAT(kiln_op_reg_, __COUNTER__)(__VA_ARGS__)
 #define KILN_REGISTER_VJP(op, fn) \
   static ::kiln::VjpRegistration KILN_CONCAT(kiln_vjp_reg_, __COUNTER__)(op, fn)
+#define KILN_REGISTER_OP_TRAITS(op, ...) \
+  static ::kiln::OpTraitsRegistration KILN_CONCAT(kiln_traits_reg_, __COUNTER__)(op, __VA_ARGS__)

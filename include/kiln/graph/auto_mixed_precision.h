@@ -30,6 +30,7 @@ struct AmpLists {
   std::set<std::string> infer;  // 16-bit between 16-bit ops: elementwise, activations, pooling
   std::set<std::string> clear;  // follow their inputs: reshape, transpose, concat, pad, stop_gradient
 };
+// The ops' own classes (OpTraits::amp, src/ops/op_traits.cc).
 const AmpLists& default_amp_lists();
 
 // Rewrites `g` as described above; `low` is DType::kBF16 or kF16. Returns how many op

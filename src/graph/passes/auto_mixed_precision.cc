@@ -18,12 +18,17 @@
 namespace kiln::graph {
 
 const AmpLists& default_amp_lists() {
-  static const AmpLists lists{
-      {"matmul", "conv2d", "conv2d_backward_data", "conv2d_backward_filter"},
-      {"add", "sub", "mul", "neg", "maximum", "minimum", "relu", "relu_grad", "leaky_relu", "gelu", "tanh", "sigmoid",
-       "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward"},
-      {"reshape", "transpose", "concat", "pad", "stop_gradient"},
-  };
+  // From the ops' traits (OpTraits::amp, src/ops/op_traits.cc).
+  static const AmpLists lists = [] {
+    AmpLists l;
+    for (const OpDef* d : OpRegistry::global().all()) switch (d->traits.amp) {
+        case AmpClass::kAllow: l.allow.insert(d->name); break;
+        case AmpClass::kInfer: l.infer.insert(d->name); break;
+        case AmpClass::kClear: l.clear.insert(d->name); break;
+        case AmpClass::kDeny: break;
+      }
+    return l;
+  }();
   return lists;
 }
 
