@@ -1,7 +1,7 @@
 #include "kiln/core/dispatch.h"
 
 #include "kiln/core/denormals.h"
-#include "kiln/core/kernel_cache.h"
+#include "kernel_cache.h"
 #include "kiln/core/op_def.h"
 
 namespace kiln {

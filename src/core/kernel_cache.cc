@@ -1,4 +1,4 @@
-#include "kiln/core/kernel_cache.h"
+#include "kernel_cache.h"
 
 namespace kiln {
 namespace {

@@ -4,7 +4,7 @@
 #include "kiln/core/denormals.h"
 #include "kiln/core/error.h"
 #include "kiln/core/flags.h"
-#include "kiln/core/kernel_cache.h"
+#include "core/kernel_cache.h"
 #include "kiln/core/op_def.h"
 #include "kiln/core/parallel.h"
 #include "kiln/graph/executor.h"

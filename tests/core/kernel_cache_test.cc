@@ -1,6 +1,6 @@
 // KernelCache: one make() per slot, shared by concurrent callers; constant-input bits;
 // the current cache is per thread and eager op calls inside a kernel see none.
-#include "kiln/core/kernel_cache.h"
+#include "core/kernel_cache.h"
 
 #include <gtest/gtest.h>
 

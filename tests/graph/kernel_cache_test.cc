@@ -10,7 +10,7 @@
 #include "kiln/core/dispatch.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/kernel.h"
-#include "kiln/core/kernel_cache.h"
+#include "core/kernel_cache.h"
 #include "kiln/core/tensor.h"
 #include "kiln/core/tensor_spec.h"
 #include "kiln/graph/function.h"

@@ -12,7 +12,7 @@
 
 #include "direct_conv.h"
 #include "kiln/core/kernel.h"
-#include "kiln/core/kernel_cache.h"
+#include "core/kernel_cache.h"
 #include "kiln/core/parallel.h"
 #include "nn_kernel_util.h"
 #include "pool_2x2.h"

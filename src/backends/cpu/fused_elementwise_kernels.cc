@@ -10,7 +10,7 @@
 
 #include "../common/fused_program.h"
 #include "kiln/core/kernel.h"
-#include "kiln/core/kernel_cache.h"
+#include "core/kernel_cache.h"
 #include "kernel_util.h"
 #include "loops.h"
 #include "vecmath.h"

@@ -10,7 +10,7 @@
 
 #include "kernel_util.h"
 #include "kiln/core/kernel.h"
-#include "kiln/core/kernel_cache.h"
+#include "core/kernel_cache.h"
 #include "kiln/core/parallel.h"
 #include "onednn.h"
 #include "packed_gemm.h"

@@ -38,7 +38,7 @@
 
 #include "kiln/core/dispatch.h"
 #include "kiln/core/kernel.h"
-#include "kiln/core/kernel_cache.h"
+#include "core/kernel_cache.h"
 #include "kiln/core/parallel.h"
 #include "nn_kernel_util.h"
 

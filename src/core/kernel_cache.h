@@ -1,7 +1,7 @@
 #pragma once
 // Per-node state a kernel keeps across runs of one compiled graph.
 //
-// The graph executor (kiln/graph/executor.h) owns one KernelCache per op node and makes
+// Internal (not installed). The graph executor (kiln/graph/executor.h) owns one KernelCache per op node and makes
 // it current on the running thread while that node's kernel runs (every plan of the
 // node, i.e. every input shape, shares it). Eager calls see none
 // (current_kernel_cache() is null), and neither does any op a kernel calls in turn. A
