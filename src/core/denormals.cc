@@ -1,13 +1,12 @@
-
-
-
 #include "kiln/core/denormals.h"
-#include "kiln/core/flags.h"
-#include "kiln/core/parallel.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <omp.h>
+
+#include "kiln/core/flags.h"
+#include "kiln/core/parallel.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>

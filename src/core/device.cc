@@ -1,14 +1,13 @@
-
-
-
 #include "kiln/core/device.h"
-#include "kiln/core/error.h"
-#include "kiln/core/flags.h"
+
 #include <array>
 #include <atomic>
 #include <cstdlib>
 #include <dlfcn.h>
 #include <mutex>
+
+#include "kiln/core/error.h"
+#include "kiln/core/flags.h"
 
 namespace kiln {
 namespace {

@@ -1,9 +1,5 @@
-
-
-
-#include "kiln/core/denormals.h"
-#include "kiln/core/flags.h"
 #include "kiln/core/parallel.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -11,6 +7,9 @@
 #include <exception>
 #include <omp.h>
 #include <thread>
+
+#include "kiln/core/denormals.h"
+#include "kiln/core/flags.h"
 
 namespace kiln {
 namespace {

@@ -1,10 +1,5 @@
-
-
-
-#include "kiln/core/error.h"
-#include "kiln/core/file_io.h"
-#include "kiln/core/flags.h"
 #include "kiln/data/idx.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -13,7 +8,11 @@
 #include <sys/stat.h>
 #include <vector>
 #include <zlib.h>
+
 #include "idx_internal.h"
+#include "kiln/core/error.h"
+#include "kiln/core/file_io.h"
+#include "kiln/core/flags.h"
 
 namespace kiln::data {
 namespace detail {

@@ -1,14 +1,5 @@
-
-
-#include "kiln/core/allocator.h"
-#include "kiln/core/denormals.h"
-#include "kiln/core/error.h"
-#include "kiln/core/flags.h"
-#include "core/kernel_cache.h"
-#include "kiln/core/op_def.h"
-#include "kiln/core/parallel.h"
 #include "kiln/graph/executor.h"
-#include "kiln/graph/profiler.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -17,6 +8,15 @@
 #include <list>
 #include <optional>
 #include <set>
+
+#include "core/kernel_cache.h"
+#include "kiln/core/allocator.h"
+#include "kiln/core/denormals.h"
+#include "kiln/core/error.h"
+#include "kiln/core/flags.h"
+#include "kiln/core/op_def.h"
+#include "kiln/core/parallel.h"
+#include "kiln/graph/profiler.h"
 #include "meta_key.h"
 
 namespace kiln::graph {

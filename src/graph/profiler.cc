@@ -1,8 +1,5 @@
-
-
-#include "kiln/core/file_io.h"
-#include "kiln/core/flags.h"
 #include "kiln/graph/profiler.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -11,6 +8,9 @@
 #include <sstream>
 #include <thread>
 #include <vector>
+
+#include "kiln/core/file_io.h"
+#include "kiln/core/flags.h"
 
 namespace kiln::graph {
 namespace {

@@ -1,10 +1,9 @@
 #include "onednn.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <omp.h>
 #include <optional>
 #include <unordered_map>
 
