@@ -16,6 +16,7 @@ PACKAGES=(
   libssl-dev               # SHA-256 of model-package files (OpenSSL libcrypto)
   libgrpc++-dev protobuf-compiler-grpc   # the server's gRPC front end (TF Serving's services)
   libsimdjson-dev          # REST request bodies
+  libpcre2-dev             # LLM tokenizers: the pre-tokenizer regexes (Unicode classes, look-ahead; JIT)
   wrk                      # load tests of the server (tests/cli/serve.sh)
   curl                     # the server's CLI tests and the README's example
   clang-14 libclang-rt-14-dev   # libFuzzer targets

