@@ -1,6 +1,11 @@
 """Makes the LLM fixtures that llama.cpp (the oracle) decides, for tests/llm:
 
-tests/fixtures/llm/smollm2.tokens.inp/.out: ~300 varied strings (English, code, emoji,
+tests/fixtures/llm/smollm2.prompts.inp, .greedy.txt, .logits.npy: 12 prompts (chat and
+plain text); per prompt, llama.cpp's prompt token ids, its 64-token greedy continuation
+with the top-1 minus top-2 logit gap at each step, and the logits after the prompt
+(float16, prompts x vocabulary) — from bench/peers/llama_oracle.cpp.
+
+tests/fixtures/llm/smollm2.tokens.inp/.out: 300 varied strings (English, code, emoji,
 CJK, whitespace runs, digits, ChatML special tokens, llama.cpp's own vocabulary test
 strings) and the token ids `llama-tokenize` gives for each on SmolLM2-135M-Instruct
 (model defaults: special tokens parsed, BOS as the file says), in llama.cpp's
@@ -62,8 +67,122 @@ def corpus():
     return out
 
 
+PROMPTS = [
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nExplain what a hash table is in two sentences.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nList three prime numbers.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nTranslate 'good morning' into Spanish.<|im_end|>\n<|im_start|>assistant\n",
+    "The quick brown fox",
+    "Once upon a time, in a small village by the sea,",
+    "def fibonacci(n):\n    ",
+    "The GNU General Public License is a free, copyleft license for",
+    "1, 2, 3, 4, 5,",
+    "Paris is the capital of France. Berlin is the capital of",
+    "In machine learning, a transformer is",
+]
+
+
+def oracle(model):
+    """llama.cpp's logits after each prompt and its greedy continuations."""
+    import numpy as np
+    src = os.path.join(ROOT, "build", "peers", "llama.cpp")
+    exe = os.path.join(BIN, "llama_oracle")
+    subprocess.run(["g++", "-O2", "-std=c++17", os.path.join(ROOT, "bench", "peers", "llama_oracle.cpp"),
+                    "-I" + os.path.join(src, "include"), "-I" + os.path.join(src, "ggml", "include"), "-L" + BIN,
+                    "-lllama", "-lggml", "-lggml-base", "-Wl,-rpath," + BIN, "-o", exe], check=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        prompts, logits = os.path.join(tmp, "prompts.txt"), os.path.join(tmp, "logits.bin")
+        with open(prompts, "w", encoding="utf-8", newline="") as f:
+            f.write(SEP.join(PROMPTS))
+        r = subprocess.run([exe, model, prompts, "64", logits], capture_output=True, text=True, check=True)
+        lines = r.stdout.strip().splitlines()
+        assert len(lines) == len(PROMPTS), r.stdout
+        data = np.fromfile(logits, dtype=np.float32).reshape(len(PROMPTS), -1)
+    with open(os.path.join(OUT, "smollm2.prompts.inp"), "w", encoding="utf-8", newline="") as f:
+        f.write(SEP.join(PROMPTS))
+    with open(os.path.join(OUT, "smollm2.greedy.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    np.save(os.path.join(OUT, "smollm2.logits.npy"), data.astype(np.float16))
+    print(f"{len(PROMPTS)} prompts run by llama.cpp -> {OUT}")
+
+
+def numpy_forward(reader, ids):
+    """SmolLM2's logits after `ids` in float64 NumPy from the gguf package's dequantised
+    weights: the exact reference both kiln and llama.cpp are measured against."""
+    import numpy as np
+    import gguf
+    tensors = {t.name: t for t in reader.tensors}
+    arch = "llama."
+
+    def field(key):
+        f = reader.fields[key]
+        return f.parts[f.data[0]][0]
+
+    n_layer, d, n_head = int(field(arch + "block_count")), int(field(arch + "embedding_length")), int(field(arch + "attention.head_count"))
+    n_kv, base, eps = int(field(arch + "attention.head_count_kv")), float(field(arch + "rope.freq_base")), float(field(arch + "attention.layer_norm_rms_epsilon"))
+    hd = d // n_head
+
+    def w(name):
+        t = tensors[name]
+        return gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
+
+    emb = w("token_embd.weight")
+    x = emb[ids]
+    n = len(ids)
+    rms = lambda v, g: v / np.sqrt((v * v).mean(-1, keepdims=True) + eps) * g
+    inv = base ** (-np.arange(0, hd, 2) / hd)
+    ang = np.arange(n)[:, None] * inv[None, :]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+
+    def rope(v):  # GGUF llama: adjacent pairs
+        out = np.empty_like(v)
+        a, b = v[..., 0::2], v[..., 1::2]
+        out[..., 0::2], out[..., 1::2] = a * cos - b * sin, a * sin + b * cos
+        return out
+
+    mask = np.triu(np.full((n, n), -np.inf), 1)
+    for l in range(n_layer):
+        p = f"blk.{l}."
+        h = rms(x, w(p + "attn_norm.weight"))
+        q = rope((h @ w(p + "attn_q.weight").T).reshape(n, n_head, hd))
+        k = rope((h @ w(p + "attn_k.weight").T).reshape(n, n_kv, hd))
+        v = (h @ w(p + "attn_v.weight").T).reshape(n, n_kv, hd)
+        out = np.zeros((n, n_head, hd))
+        for hh in range(n_head):
+            kv = hh // (n_head // n_kv)
+            sc = q[:, hh] @ k[:, kv].T / np.sqrt(hd) + mask
+            pr = np.exp(sc - sc.max(-1, keepdims=True))
+            out[:, hh] = (pr / pr.sum(-1, keepdims=True)) @ v[:, kv]
+        x = x + out.reshape(n, d) @ w(p + "attn_output.weight").T
+        h = rms(x, w(p + "ffn_norm.weight"))
+        g, u = h @ w(p + "ffn_gate.weight").T, h @ w(p + "ffn_up.weight").T
+        x = x + (g / (1 + np.exp(-g)) * u) @ w(p + "ffn_down.weight").T
+    return rms(x[-1], w("output_norm.weight")) @ emb.T
+
+
+def reference(model):
+    """tests/fixtures/llm/smollm2.reference_logits.npy: numpy_forward for every prompt."""
+    import numpy as np
+    import gguf
+    reader = gguf.GGUFReader(model)
+    rows = []
+    with open(os.path.join(OUT, "smollm2.greedy.txt"), encoding="utf-8") as f:
+        for line in f:
+            ids = [int(t) for t in line.split("|")[0].split()[1:]]
+            rows.append(numpy_forward(reader, ids))
+    np.save(os.path.join(OUT, "smollm2.reference_logits.npy"), np.stack(rows).astype(np.float16))
+    llama = np.load(os.path.join(OUT, "smollm2.logits.npy")).astype(np.float64)
+    for i, r in enumerate(rows):
+        c = r @ llama[i] / np.linalg.norm(r) / np.linalg.norm(llama[i])
+        print(f"prompt {i}: llama.cpp vs the float64 reference: cosine {c:.6f}, max |diff| {np.abs(r - llama[i]).max():.3f}")
+
+
 def main():
     model = smollm2()
+    oracle(model)
+    reference(model)
     texts = corpus()
     ids = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -59,6 +59,12 @@ const Entry kTable[] = {
    [](auto n, auto v, Flags& f, KernelPreferences&) { f.cuda_allow_tf32 = parse_bool(n, v); }},
   {{"KILN_FASHION_MNIST_DIR", "dir", "where Fashion-MNIST's IDX files are (default: Debian's dataset-fashion-mnist)"},
    [](auto, auto v, Flags& f, KernelPreferences&) { f.fashion_mnist_dir = std::string(v); }},
+  {{"KILN_CPU_ISA", "avx2|avx512|avx512_vnni|avx512_bf16",
+    "cap kiln's own CPU kernels at this instruction set (default: the best the CPU has; tests cover lower paths)"},
+   [](auto n, auto v, Flags& f, KernelPreferences&) {
+     if (v != "avx2" && v != "avx512" && v != "avx512_vnni" && v != "avx512_bf16") bad(n, v, "avx2, avx512, avx512_vnni or avx512_bf16");
+     f.cpu_isa = std::string(v);
+   }},
   {{"KILN_DIRECT_CONV", "0|1|auto", "kernel preference: 0 every convolution on oneDNN; 1 kiln's general tile even "
                                      "where oneDNN runs AVX-512; auto (default)"},
    [](auto n, auto v, Flags&, KernelPreferences& k) {

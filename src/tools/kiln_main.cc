@@ -13,6 +13,7 @@
 #include "demo.h"
 #include "convert_cmd.h"
 #include "devices_cmd.h"
+#include "llm_cmds.h"
 #include "package_cmds.h"
 #include "records_cmd.h"
 #include "train_cmd.h"
@@ -71,6 +72,8 @@ int main(int argc, char** argv) {
   auto* run = kiln::tools::add_run_command(app, run_args);
   kiln::tools::ConvertArgs convert_args;
   auto* convert = kiln::tools::add_convert_command(app, convert_args);
+  kiln::tools::GenerateArgs generate_args;
+  auto* generate = kiln::tools::add_generate_command(app, generate_args);
   // Listed for --help; main() hands `kiln serve ...` to serve_main before parsing.
   app.add_subcommand("serve", "Serve model packages over REST and gRPC, TensorFlow Serving's flags (kiln serve --help)");
   CLI11_PARSE(app, argc, argv);
@@ -83,6 +86,7 @@ int main(int argc, char** argv) {
     if (*show) return kiln::tools::run_show(show_args);
     if (*run) return kiln::tools::run_run(run_args);
     if (*convert) return kiln::tools::run_convert(convert_args);
+    if (*generate) return kiln::tools::run_generate(generate_args);
     std::cout << app.help();
     return 0;
   } catch (const kiln::ResourceExhaustedError& e) {

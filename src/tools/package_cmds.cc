@@ -1,5 +1,7 @@
 #include "package_cmds.h"
 
+#include "llm_cmds.h"
+
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -17,7 +19,13 @@ using package::SavedModel;
 
 CLI::App* add_show_command(CLI::App& app, ShowArgs& a) {
   auto* c = app.add_subcommand("show", "Show a model package: signatures, dtypes, shapes, metadata (saved_model_cli show)");
-  c->add_option("--dir", a.dir, "The package version directory (or its base: the highest version is shown)")->required();
+  auto* dir = c->add_option("--dir", a.dir, "The package version directory (or its base: the highest version is shown)");
+  auto* model = c->add_option("--model", a.model, "A GGUF language model: architecture, hyperparameters, tensors, tokenizer");
+  dir->excludes(model);
+  c->callback([c, dir, model] {
+    if (dir->count() + model->count() == 0) throw CLI::RequiredError("--dir or --model");
+    (void)c;
+  });
   c->add_flag("--all", a.all, "Show every signature in full, with the metadata and files");
   c->add_option("--signature_def,--signature-def", a.signature, "Show one signature in full");
   return c;
@@ -54,6 +62,7 @@ std::string utc(int64_t ms) {
 }  // namespace
 
 int run_show(const ShowArgs& a) {
+  if (!a.model.empty()) return run_show_gguf(a.model);
   const std::string dir = package::resolve_version_dir(a.dir);
   auto m = SavedModel::load(dir);
   if (!a.signature.empty()) {

@@ -10,6 +10,7 @@ namespace kiln::tools {
 
 struct ShowArgs {
   std::string dir;
+  std::string model;  // a GGUF language model instead of a package (llm_cmds.cc)
   bool all = false;
   std::string signature;
 };

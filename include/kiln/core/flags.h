@@ -33,6 +33,7 @@ struct Flags {
   std::string cuda_plugin;         // KILN_CUDA_PLUGIN: the CUDA plugin's path; "none": no CUDA backend
   bool cuda_allow_tf32 = true;     // KILN_CUDA_ALLOW_TF32: f32 matmuls/convolutions on TF32 Tensor Cores
   std::string fashion_mnist_dir;   // KILN_FASHION_MNIST_DIR: where load_fashion_mnist looks by default
+  std::string cpu_isa;             // KILN_CPU_ISA: cap kiln's own CPU kernels at this level (kiln/core/cpu_isa.h)
 };
 
 // The flags, parsed from the environment on first call.

@@ -1,0 +1,43 @@
+#pragma once
+// One generation from a prompt: prefill, then decode until a stop token, a stop string
+// or max_tokens, streaming text as it comes (never half a UTF-8 character, never the
+// start of a stop string that may still complete). The serving engine batches many of
+// these on one KV cache; this is the single-sequence form (`kiln generate`, tests).
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/llm/model.h"
+#include "kiln/llm/sampler.h"
+
+namespace kiln::llm {
+
+struct GenerateOptions {
+  int64_t max_tokens = 256;
+  std::vector<std::string> stop;  // stop strings (not included in the text)
+  SamplingParams sampling;
+  bool add_special = true;        // BOS as the model's file asks
+  bool parse_special = true;      // control tokens written in the prompt are tokens
+  bool ignore_eos = false;        // keep going past end-of-generation tokens (benchmarks)
+  int64_t prefill_chunk = 512;    // prompt tokens per forward step
+  KvCacheOptions cache;           // max_tokens is raised to fit prompt + max_tokens
+};
+
+struct GenerateResult {
+  std::string text;
+  std::vector<TokenId> prompt_tokens, tokens;
+  std::vector<Sample> samples;     // one per generated token (logprobs)
+  std::string finish_reason;       // "stop" (token or string), "length", "cancelled"
+  double prompt_seconds = 0, decode_seconds = 0;
+};
+
+// on_text gets each piece of text as it becomes final; returning false cancels.
+GenerateResult generate(const Model& model, std::string_view prompt, const GenerateOptions& options,
+                        const std::function<bool(std::string_view)>& on_text = nullptr);
+// The same from token ids.
+GenerateResult generate_tokens(const Model& model, std::vector<TokenId> prompt, const GenerateOptions& options,
+                               const std::function<bool(std::string_view)>& on_text = nullptr);
+
+}  // namespace kiln::llm

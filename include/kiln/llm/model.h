@@ -1,0 +1,85 @@
+#pragma once
+// Decoder-only transformers of the llama family (llama, mistral, qwen2) from GGUF:
+// token embedding, RMSNorm, rotary position embedding (GGUF's normal or neox pairing),
+// grouped-query attention over the paged KV cache, SwiGLU MLP, tied or separate output
+// head. Every hyperparameter is read from the file's metadata. Weights stay in the
+// file's mapping, quantised; they are multiplied in place (src/llm/quant_kernels.h).
+//
+// forward() runs one step over a batch of tokens that may belong to different
+// sequences at different positions (a prompt's tokens, or one new token of each of many
+// sequences): the serving engine's continuous batching calls it once per step.
+//
+// Thread-safety: a Model is immutable after load; forward() may run concurrently on
+// different KV caches. forward() uses kiln's intra-op pool (kiln/core/parallel.h).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/llm/kv_cache.h"
+#include "kiln/llm/tokenizer.h"
+
+namespace kiln::llm {
+
+class GgufFile;
+
+struct ModelConfig {
+  std::string architecture;  // general.architecture
+  std::string name;          // general.name, if any
+  int64_t n_layer = 0, n_embd = 0, n_ff = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+  int64_t n_rot = 0;         // rotated dimensions per head
+  int64_t n_ctx_train = 0;   // context length the model was trained for
+  int64_t n_vocab = 0;
+  float rms_eps = 1e-5f;
+  float rope_base = 10000.0f;
+  float rope_freq_scale = 1.0f;  // positions are multiplied by this (linear scaling)
+  bool rope_neox = false;        // rotate (i, i + n_rot/2) instead of (2i, 2i+1)
+  bool tied_output = false;      // the output head is the token embedding
+  bool qkv_bias = false;
+  int64_t kv_dim() const { return n_head_kv * head_dim; }
+};
+
+// One token of a batch.
+struct BatchToken {
+  KvCache::SeqId seq;
+  TokenId token;
+  int64_t pos;          // its position in the sequence (the cache grows to pos + 1)
+  bool logits = false;  // compute the logits of the next token after it
+};
+
+class Model {
+ public:
+  // Maps and checks `path`: DataLossError for a malformed file, UnimplementedError for an
+  // architecture or tensor type kiln does not run (named), NotFoundError for a missing
+  // tensor (named) or file.
+  static std::shared_ptr<const Model> load(const std::string& path);
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const GgufFile& file() const { return *file_; }
+  size_t weight_bytes() const;  // bytes of weights one decode step reads
+
+  // Runs the batch. Tokens of one sequence must come in position order; each token's
+  // key and value are written to the cache at its position first, and it attends to
+  // positions 0..pos of its sequence. Writes n_vocab logits per token with `logits` set,
+  // in batch order, to `logits` (size: count x n_vocab). InvalidArgumentError for a token
+  // id outside the vocabulary or a position past the cache's sequence length + batch;
+  // ResourceExhaustedError when the cache cannot hold the batch (then nothing changed).
+  void forward(std::span<const BatchToken> batch, KvCache& cache, float* logits) const;
+
+  // A KV cache sized for this model.
+  KvCache make_cache(const KvCacheOptions& options = {}) const { return KvCache(config_, options); }
+
+  struct Weights;
+
+ private:
+  Model() = default;
+  ModelConfig config_;
+  std::shared_ptr<const GgufFile> file_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::unique_ptr<Weights> weights_;
+};
+
+}  // namespace kiln::llm

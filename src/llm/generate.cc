@@ -1,0 +1,109 @@
+#include "kiln/llm/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "kiln/core/error.h"
+
+namespace kiln::llm {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Text held back while it may be the start of a stop string.
+size_t stop_prefix_len(std::string_view text, const std::vector<std::string>& stop) {
+  size_t keep = 0;
+  for (const std::string& s : stop)
+    for (size_t n = std::min(s.size() - 1, text.size()); n > keep; --n)
+      if (text.substr(text.size() - n) == std::string_view(s).substr(0, n)) {
+        keep = n;
+        break;
+      }
+  return keep;
+}
+}  // namespace
+
+GenerateResult generate(const Model& model, std::string_view prompt, const GenerateOptions& options,
+                        const std::function<bool(std::string_view)>& on_text) {
+  return generate_tokens(model, model.tokenizer().encode(prompt, options.add_special, options.parse_special), options, on_text);
+}
+
+GenerateResult generate_tokens(const Model& model, std::vector<TokenId> prompt, const GenerateOptions& options,
+                               const std::function<bool(std::string_view)>& on_text) {
+  const ModelConfig& c = model.config();
+  const Tokenizer& tok = model.tokenizer();
+  if (prompt.empty()) throw InvalidArgumentError("the prompt has no tokens");
+  if (options.max_tokens < 0) throw InvalidArgumentError("max_tokens must be >= 0");
+  for (const std::string& s : options.stop)
+    if (s.empty()) throw InvalidArgumentError("stop strings must not be empty");
+  Sampler sampler(options.sampling, c.n_vocab);
+  KvCacheOptions cache_options = options.cache;
+  cache_options.max_tokens = std::max<int64_t>(cache_options.max_tokens, static_cast<int64_t>(prompt.size()) + options.max_tokens);
+  KvCache cache = model.make_cache(cache_options);
+  const KvCache::SeqId seq = cache.add_sequence();
+
+  GenerateResult r;
+  r.prompt_tokens = prompt;
+  std::vector<float> logits(static_cast<size_t>(c.n_vocab));
+  auto t0 = Clock::now();
+  const int64_t chunk = std::max<int64_t>(1, options.prefill_chunk);
+  for (size_t at = 0; at < prompt.size(); at += static_cast<size_t>(chunk)) {
+    const size_t end = std::min(prompt.size(), at + static_cast<size_t>(chunk));
+    std::vector<BatchToken> batch;
+    for (size_t i = at; i < end; ++i) batch.push_back({seq, prompt[i], static_cast<int64_t>(i), i + 1 == prompt.size()});
+    model.forward(batch, cache, logits.data());
+  }
+  r.prompt_seconds = seconds_since(t0);
+
+  std::vector<TokenId> history = prompt;
+  TextStream stream(tok);
+  std::string pending;  // final text not yet passed on (may start a stop string)
+  bool cancelled = false;
+  auto emit = [&](size_t n) {
+    if (n == 0) return;
+    const std::string_view piece(pending.data(), n);
+    r.text.append(piece);
+    if (on_text && !on_text(piece)) cancelled = true;
+    pending.erase(0, n);
+  };
+  t0 = Clock::now();
+  r.finish_reason = "length";
+  for (int64_t i = 0; i < options.max_tokens; ++i) {
+    Sample s = sampler.sample(logits, history);
+    if (!options.ignore_eos && tok.is_end_of_generation(s.token)) {
+      r.finish_reason = "stop";
+      break;
+    }
+    r.tokens.push_back(s.token);
+    r.samples.push_back(s);
+    history.push_back(s.token);
+    pending += stream.push(s.token);
+    if (!options.stop.empty()) {
+      size_t hit = std::string::npos;
+      for (const std::string& st : options.stop) hit = std::min(hit, pending.find(st));
+      if (hit != std::string::npos) {
+        emit(hit);
+        pending.clear();
+        r.finish_reason = "stop";
+        break;
+      }
+    }
+    emit(pending.size() - stop_prefix_len(pending, options.stop));
+    if (cancelled) {
+      r.finish_reason = "cancelled";
+      break;
+    }
+    if (i + 1 == options.max_tokens) break;
+    const BatchToken next{seq, s.token, cache.length(seq), true};
+    model.forward(std::span<const BatchToken>(&next, 1), cache, logits.data());
+  }
+  if (r.finish_reason == "length") {
+    pending += stream.finish();
+    emit(pending.size());
+  }
+  r.decode_seconds = seconds_since(t0);
+  return r;
+}
+
+}  // namespace kiln::llm

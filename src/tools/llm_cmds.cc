@@ -1,0 +1,106 @@
+#include "llm_cmds.h"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "kiln/core/error.h"
+#include "kiln/core/file_io.h"
+#include "kiln/core/parallel.h"
+#include "kiln/llm/generate.h"
+#include "kiln/llm/gguf.h"
+#include "kiln/llm/model.h"
+
+namespace kiln::tools {
+
+CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
+  auto* c = app.add_subcommand("generate", "Generate text with a GGUF language model, streamed to stdout");
+  c->add_option("-m,--model", a.model, "The GGUF file")->required();
+  c->add_option("-p,--prompt", a.prompt, "The prompt (special tokens such as <|im_start|> are parsed)");
+  c->add_option("-f,--prompt-file", a.prompt_file, "Read the prompt from this file");
+  c->add_option("-n,--max-tokens", a.max_tokens, "Tokens to generate at most")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  c->add_option("--temperature,--temp", a.temperature, "0: greedy")->check(CLI::Range(0.0f, 100.0f));
+  c->add_option("--top-k", a.top_k, "0: off")->check(CLI::Range(0, 1 << 30));
+  c->add_option("--top-p", a.top_p)->check(CLI::Range(0.0f, 1.0f));
+  c->add_option("--min-p", a.min_p)->check(CLI::Range(0.0f, 1.0f));
+  c->add_option("--repeat-penalty", a.repeat_penalty)->check(CLI::Range(0.0f, 100.0f));
+  c->add_option("-s,--seed", a.seed, "Sampling seed (same seed, same text)");
+  c->add_option("-t,--threads", a.threads, "CPU threads (default: every core)")->check(CLI::Range(1, 1024));
+  c->add_option("--stop", a.stop, "Stop when this text appears (repeatable)");
+  c->add_flag("--ignore-eos", a.ignore_eos, "Do not stop at end-of-generation tokens (benchmarks)");
+  c->add_flag("--raw", a.raw, "Tokenize special-token text as plain text");
+  return c;
+}
+
+int run_generate(const GenerateArgs& a) {
+  if (a.threads > 0) set_num_threads(a.threads);
+  if (a.prompt.empty() == a.prompt_file.empty()) throw InvalidArgumentError("give exactly one of --prompt and --prompt-file");
+  const std::string prompt = a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = llm::Model::load(a.model);
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  llm::GenerateOptions o;
+  o.max_tokens = a.max_tokens;
+  o.stop = a.stop;
+  o.ignore_eos = a.ignore_eos;
+  o.parse_special = !a.raw;
+  o.sampling.temperature = a.temperature;
+  o.sampling.top_k = a.top_k;
+  o.sampling.top_p = a.top_p > 0 ? a.top_p : 1.0f;
+  o.sampling.min_p = a.min_p;
+  o.sampling.repetition_penalty = a.repeat_penalty;
+  o.sampling.seed = a.seed;
+  std::fputs(prompt.c_str(), stdout);
+  std::fflush(stdout);
+  const llm::GenerateResult r = llm::generate(*model, prompt, o, [](std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  std::fprintf(stdout, "\n");
+  std::fprintf(stderr,
+               "kiln generate: load %.0f ms | prompt %zu tokens, %.1f tokens/s | generated %zu tokens, %.1f tokens/s | finish: %s | "
+               "%d threads\n",
+               load_s * 1e3, r.prompt_tokens.size(), r.prompt_tokens.size() / std::max(r.prompt_seconds, 1e-9), r.tokens.size(),
+               r.tokens.size() > 1 ? (r.tokens.size() - 1) / std::max(r.decode_seconds, 1e-9) : 0.0, r.finish_reason.c_str(),
+               num_threads());
+  return 0;
+}
+
+int run_show_gguf(const std::string& path) {
+  auto model = llm::Model::load(path);
+  const llm::ModelConfig& c = model->config();
+  const llm::GgufFile& f = model->file();
+  const llm::Tokenizer& tok = model->tokenizer();
+  std::printf("%s: GGUF v%u, %.1f MB\n", path.c_str(), f.version(), f.file_size() / 1e6);
+  std::printf("model: %s%s%s\n", c.architecture.c_str(), c.name.empty() ? "" : ", ", c.name.c_str());
+  std::printf("  blocks %lld, embedding %lld, feed-forward %lld, heads %lld (kv %lld, size %lld), rope dims %lld base %g%s%s\n",
+              (long long)c.n_layer, (long long)c.n_embd, (long long)c.n_ff, (long long)c.n_head, (long long)c.n_head_kv,
+              (long long)c.head_dim, (long long)c.n_rot, c.rope_base, c.rope_neox ? " (neox)" : " (normal)",
+              c.rope_freq_scale != 1.0f ? (" scale " + std::to_string(c.rope_freq_scale)).c_str() : "");
+  std::printf("  context %lld, rms eps %g, vocabulary %lld, output head %s%s\n", (long long)c.n_ctx_train, c.rms_eps,
+              (long long)c.n_vocab, c.tied_output ? "tied to the embedding" : "separate", c.qkv_bias ? ", q/k/v biases" : "");
+  std::map<std::string, std::pair<int, size_t>> types;
+  int64_t params = 0;
+  for (const llm::GgufTensor& t : f.tensors()) {
+    auto& e = types[llm::ggml_type_name(static_cast<uint32_t>(t.type))];
+    ++e.first;
+    e.second += t.nbytes;
+    params += t.elements();
+  }
+  std::printf("tensors: %zu, %lld parameters, %.1f MB read per decoded token\n", f.tensors().size(), (long long)params,
+              model->weight_bytes() / 1e6);
+  for (const auto& [name, e] : types) std::printf("  %-6s %4d tensors %9.1f MB\n", name.c_str(), e.first, e.second / 1e6);
+  std::printf("tokenizer: %s%s%s, %d tokens, bos %s, eos %s, adds bos: %s\n",
+              tok.kind() == llm::Tokenizer::Kind::kBytePairGpt2 ? "byte-level BPE (gpt2)" : "SentencePiece BPE (llama)",
+              tok.pre().empty() ? "" : ", pre-tokenizer ", tok.pre().c_str(), tok.vocab_size(),
+              tok.bos() ? std::string(tok.token_text(*tok.bos())).c_str() : "-",
+              tok.eos() ? std::string(tok.token_text(*tok.eos())).c_str() : "-", tok.add_bos() ? "yes" : "no");
+  const std::string_view tmpl = f.get_string("tokenizer.chat_template", "");
+  if (!tmpl.empty()) std::printf("chat template (%zu bytes):\n%.*s\n", tmpl.size(), static_cast<int>(tmpl.size()), tmpl.data());
+  return 0;
+}
+
+}  // namespace kiln::tools

@@ -1,0 +1,33 @@
+#pragma once
+// Language-model commands: `kiln generate` (text from a prompt, streamed) and
+// `kiln show --model F.gguf` (what a GGUF file holds).
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::tools {
+
+struct GenerateArgs {
+  std::string model;
+  std::string prompt;
+  std::string prompt_file;
+  int64_t max_tokens = 128;
+  float temperature = 0.8f;
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  uint64_t seed = 0;
+  int threads = 0;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  bool raw = false;  // no special-token parsing
+};
+CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args);
+int run_generate(const GenerateArgs& args);
+
+int run_show_gguf(const std::string& path);
+
+}  // namespace kiln::tools
