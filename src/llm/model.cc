@@ -83,11 +83,19 @@ struct Input {
   const Q8Block* quantized() const { return q.empty() ? nullptr : q.data(); }
 };
 
-// y (n x w.rows) = in (n x w.cols) times w^T.
-void matmul(const QMatrix& w, const Input& in, float* y) {
-  const int64_t grain = std::max<int64_t>(8, 4096 / std::max<int64_t>(1, in.n));
-  parallel_for(w.rows, grain, [&](int64_t r0, int64_t r1) {
-    kernels::matmul_rows(w, in.quantized(), in.x, in.n, y, w.rows, r0, r1);
+// y_i (n x w_i.rows) = in (n x cols) times w_i^T for matrices that read the same input
+// (q, k, v; gate, up): one parallel region over all their rows.
+void matmul(std::initializer_list<std::pair<const QMatrix*, float*>> outs, const Input& in) {
+  int64_t total = 0;
+  for (const auto& [w, y] : outs) total += w->rows;
+  const int64_t grain = std::max<int64_t>(4, 128 / std::max<int64_t>(1, in.n));  // >= ~128 row-tokens a chunk
+  parallel_for(total, grain, [&](int64_t r0, int64_t r1) {
+    int64_t base = 0;
+    for (const auto& [w, y] : outs) {
+      const int64_t b = std::max(r0, base), e = std::min(r1, base + w->rows);
+      if (b < e) kernels::matmul_rows(*w, in.quantized(), in.x, in.n, y, w->rows, b - base, e - base);
+      base += w->rows;
+    }
   });
 }
 
@@ -254,9 +262,7 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
     for (int64_t t = 0; t < T; ++t) rms_norm(x.data() + t * d, L.attn_norm.data(), h.data() + t * d, d, c.rms_eps);
     {
       const Input in(h.data(), T, d);
-      matmul(L.wq, in, q.data());
-      matmul(L.wk, in, k.data());
-      matmul(L.wv, in, v.data());
+      matmul({{&L.wq, q.data()}, {&L.wk, k.data()}, {&L.wv, v.data()}}, in);
     }
     for (int64_t t = 0; t < T; ++t) {
       float* qt = q.data() + t * q_dim;
@@ -271,10 +277,18 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
       convert_float_to_half(kt, cache.key(batch[t].seq, l, batch[t].pos), static_cast<size_t>(kv_dim));
       convert_float_to_half(vt, cache.value(batch[t].seq, l, batch[t].pos), static_cast<size_t>(kv_dim));
     }
-    // Attention: each (token, head) over its sequence's positions 0..pos.
-    parallel_for(T * c.n_head, 1, [&](int64_t b, int64_t e) {
+    // Attention: each (token, head) over its sequence's positions 0..pos; on the calling
+    // thread when the work is too small to pay for waking the pool (a short decode step).
+    int64_t positions = 0;
+    for (const BatchToken& bt : batch) positions += bt.pos + 1;
+    // Jobs are dealt round-robin to stripes: a prompt's later tokens attend to more
+    // positions, and contiguous ranges would leave one thread the expensive half.
+    const int64_t jobs = T * c.n_head, stripes = std::min<int64_t>(jobs, 64);
+    const int64_t attn_grain = positions * c.n_head < 2048 ? stripes : 1;
+    parallel_for(stripes, attn_grain, [&](int64_t sb, int64_t se) {
       std::vector<float> scores;
-      for (int64_t job = b; job < e; ++job) {
+      for (int64_t stripe = sb; stripe < se; ++stripe)
+      for (int64_t job = stripe; job < jobs; job += stripes) {
         const int64_t t = job / c.n_head, hh = job % c.n_head, kvh = hh / group;
         const BatchToken& bt = batch[t];
         const float* qh = q.data() + t * q_dim + hh * hd;
@@ -283,36 +297,41 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
         const int64_t n = bt.pos + 1, bs = cache.block_tokens();
         scores.resize(static_cast<size_t>(n));
         float mx = -INFINITY;
-        for (int64_t p = 0; p < n; ++p) {
-          const half* kp = cache.block_keys(blocks[p / bs], l) + (p % bs) * kv_dim + kvh * hd;
-          scores[p] = dot_f16(qh, kp, hd) * scale;
-          mx = std::max(mx, scores[p]);
+        // Walk the block table: within a block, positions are kv_dim apart.
+        for (int64_t p0 = 0; p0 < n; p0 += bs) {
+          const half* kb = cache.block_keys(blocks[p0 / bs], l) + kvh * hd;
+          const int64_t m = std::min(bs, n - p0);
+          for (int64_t j = 0; j < m; ++j) {
+            const float sc = dot_f16(qh, kb + j * kv_dim, hd) * scale;
+            scores[p0 + j] = sc;
+            mx = std::max(mx, sc);
+          }
         }
-        double sum = 0;
+        float sum = 0;
         for (int64_t p = 0; p < n; ++p) sum += (scores[p] = std::exp(scores[p] - mx));
-        const float inv = static_cast<float>(1.0 / sum);
+        const float inv = 1.0f / sum;
         std::fill(out, out + hd, 0.0f);
-        for (int64_t p = 0; p < n; ++p) {
-          const half* vp = cache.block_values(blocks[p / bs], l) + (p % bs) * kv_dim + kvh * hd;
-          axpy_f16(scores[p] * inv, vp, out, hd);
+        for (int64_t p0 = 0; p0 < n; p0 += bs) {
+          const half* vb = cache.block_values(blocks[p0 / bs], l) + kvh * hd;
+          const int64_t m = std::min(bs, n - p0);
+          for (int64_t j = 0; j < m; ++j) axpy_f16(scores[p0 + j] * inv, vb + j * kv_dim, out, hd);
         }
       }
     });
     {
       const Input in(att.data(), T, q_dim);
-      matmul(L.wo, in, proj.data());
+      matmul({{&L.wo, proj.data()}}, in);
     }
     for (int64_t i = 0; i < T * d; ++i) x[i] += proj[i];
     for (int64_t t = 0; t < T; ++t) rms_norm(x.data() + t * d, L.ffn_norm.data(), h.data() + t * d, d, c.rms_eps);
     {
       const Input in(h.data(), T, d);
-      matmul(L.gate, in, g.data());
-      matmul(L.up, in, u.data());
+      matmul({{&L.gate, g.data()}, {&L.up, u.data()}}, in);
     }
     for (int64_t i = 0; i < T * c.n_ff; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
     {
       const Input in(g.data(), T, c.n_ff);
-      matmul(L.down, in, proj.data());
+      matmul({{&L.down, proj.data()}}, in);
     }
     for (int64_t i = 0; i < T * d; ++i) x[i] += proj[i];
   }
@@ -325,7 +344,7 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
   }
   if (sel.empty()) return;
   const Input in(sel.data(), static_cast<int64_t>(sel.size()) / d, d);
-  matmul(W.output, in, logits);
+  matmul({{&W.output, logits}}, in);
 }
 
 }  // namespace kiln::llm

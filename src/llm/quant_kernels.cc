@@ -65,7 +65,7 @@ void quantize_q8(const float* x, Q8Block* out, int64_t n) {
         out[b].q[16 * half + k] = static_cast<int8_t>(q);
         isum += q;
       }
-      out[b].d[half] = d;
+      for (int k = 0; k < 4; ++k) out[b].d[4 * half + k] = d;
       sum += d * static_cast<float>(isum);
     }
     out[b].s = sum;

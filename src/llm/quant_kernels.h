@@ -19,11 +19,12 @@
 namespace kiln::llm::kernels {
 
 struct Q8Block {
-  float d[2];  // scales of the two halves: x[i] ~= d[i / 16] * q[i]
+  float d[8];  // scales of the two halves, each 4 times: x[i] ~= d[4 * (i / 16)] * q[i]; the
+               // layout of the 8 int32 lanes of a 32-byte dot product (lanes 0-3: bytes 0-15)
   float s;     // sum of the dequantised values: what a weight block's offset (min) multiplies
   int8_t q[32];
 };
-static_assert(sizeof(Q8Block) == 44);
+static_assert(sizeof(Q8Block) == 68);
 
 // Quantises n (a multiple of 32) floats into n / 32 blocks.
 void quantize_q8(const float* x, Q8Block* out, int64_t n);

@@ -51,8 +51,7 @@ inline __m256i dot_u8s8(__m256i w, __m256i x) {
 #endif
 }
 
-// Signed weights: |w| times x with w's sign (the product needs an unsigned operand).
-inline __m256i dot_s8s8(__m256i w, __m256i x) { return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)); }
+
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -61,55 +60,80 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// One weight block against one activation block: acc += scale * int_dot; returns the
-// offset term (min * activation sum) to add once.
-// The weight block's scale times the activation's two half-block scales, per int32 lane
-// (lanes 0-3 sum weights 0-15, lanes 4-7 weights 16-31).
-inline __m256 scales(float dw, const Q8Block& x) {
-  return _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_set_m128(_mm_set1_ps(x.d[1]), _mm_set1_ps(x.d[0])));
-}
 
 template <GgmlType T>
-inline float block_dot(const uint8_t* b, const Q8Block& x, __m256& acc) {
-  const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q));
-  if constexpr (T == GgmlType::kQ4_0) {
-    const __m256i w = _mm256_sub_epi8(nibbles(b + 2), _mm256_set1_epi8(8));
-    acc = _mm256_fmadd_ps(scales(f16(b), x), _mm256_cvtepi32_ps(dot_s8s8(w, qx)), acc);
-    return 0.0f;
-  } else if constexpr (T == GgmlType::kQ4_1) {
-    acc = _mm256_fmadd_ps(scales(f16(b), x), _mm256_cvtepi32_ps(dot_u8s8(nibbles(b + 4), qx)), acc);
-    return f16(b + 2) * x.s;
-  } else if constexpr (T == GgmlType::kQ5_0) {
-    const __m256i w = _mm256_sub_epi8(_mm256_or_si256(nibbles(b + 6), fifth_bits(b + 2)), _mm256_set1_epi8(16));
-    acc = _mm256_fmadd_ps(scales(f16(b), x), _mm256_cvtepi32_ps(dot_s8s8(w, qx)), acc);
-    return 0.0f;
-  } else if constexpr (T == GgmlType::kQ5_1) {
-    const __m256i w = _mm256_or_si256(nibbles(b + 8), fifth_bits(b + 4));
-    acc = _mm256_fmadd_ps(scales(f16(b), x), _mm256_cvtepi32_ps(dot_u8s8(w, qx)), acc);
-    return f16(b + 2) * x.s;
-  } else {  // q8_0
-    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-    acc = _mm256_fmadd_ps(scales(f16(b), x), _mm256_cvtepi32_ps(dot_s8s8(w, qx)), acc);
-    return 0.0f;
-  }
-}
-
+constexpr bool kSigned = T == GgmlType::kQ4_0 || T == GgmlType::kQ5_0 || T == GgmlType::kQ8_0;
+template <GgmlType T>
+constexpr bool kHasMin = T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1;
 template <GgmlType T>
 constexpr size_t kBlockBytes = T == GgmlType::kQ4_0 ? 18 : T == GgmlType::kQ4_1 ? 20 : T == GgmlType::kQ5_0 ? 22
                                : T == GgmlType::kQ5_1 ? 24 : 34;
 
-// Rows [r0, r1) against n activation vectors; each row is read once for all of them.
+// A weight block unpacked to 32 int8 weights (signed types: with their sign), its scale
+// and (q4_1, q5_1) its offset.
+struct WBlock {
+  __m256i q;
+  float d, m;
+};
+
+template <GgmlType T>
+inline WBlock load_block(const uint8_t* b) {
+  if constexpr (T == GgmlType::kQ4_0) return {_mm256_sub_epi8(nibbles(b + 2), _mm256_set1_epi8(8)), f16(b), 0.0f};
+  else if constexpr (T == GgmlType::kQ4_1) return {nibbles(b + 4), f16(b), f16(b + 2)};
+  else if constexpr (T == GgmlType::kQ5_0)
+    return {_mm256_sub_epi8(_mm256_or_si256(nibbles(b + 6), fifth_bits(b + 2)), _mm256_set1_epi8(16)), f16(b), 0.0f};
+  else if constexpr (T == GgmlType::kQ5_1) return {_mm256_or_si256(nibbles(b + 8), fifth_bits(b + 4)), f16(b), f16(b + 2)};
+  else return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), f16(b), 0.0f};
+}
+
+// One row against NT activation vectors: each weight block is unpacked once and used NT
+// times. A token's sums run in the same order whatever NT is, so its result does not
+// depend on which tokens share the tile (batch independence).
+template <GgmlType T, int NT>
+inline void row_tile(const uint8_t* row, int64_t nb, const Q8Block* const* x, float* out) {
+  __m256 acc[NT];
+  float off[NT];
+  for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_ps(), off[j] = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    const WBlock w = load_block<T>(row + i * kBlockBytes<T>);
+    const __m256i wu = kSigned<T> ? _mm256_sign_epi8(w.q, w.q) : w.q;  // the product needs unsigned weights
+    const __m256 dw = _mm256_set1_ps(w.d);
+    for (int j = 0; j < NT; ++j) {
+      const Q8Block& xb = x[j][i];
+      __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.q));
+      if constexpr (kSigned<T>) qx = _mm256_sign_epi8(qx, w.q);
+      // (activation scale x integer sum) x weight scale: per lane, the activation's half-block scale.
+      const __m256 sx = _mm256_mul_ps(_mm256_cvtepi32_ps(dot_u8s8(wu, qx)), _mm256_loadu_ps(xb.d));
+      acc[j] = _mm256_fmadd_ps(sx, dw, acc[j]);
+      if constexpr (kHasMin<T>) off[j] += w.m * xb.s;
+    }
+  }
+  for (int j = 0; j < NT; ++j) out[j] = hsum(acc[j]) + off[j];
+}
+
+// Rows [r0, r1) against n activation vectors, in tiles of up to 8 tokens.
 template <GgmlType T>
 void rows_int(const QMatrix& w, const Q8Block* xq, int64_t n, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
   const int64_t nb = w.cols / 32;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.data + r * w.row_bytes;
-    for (int64_t t = 0; t < n; ++t) {
-      const Q8Block* x = xq + t * nb;
-      __m256 acc = _mm256_setzero_ps();
-      float offset = 0.0f;
-      for (int64_t i = 0; i < nb; ++i) offset += block_dot<T>(row + i * kBlockBytes<T>, x[i], acc);
-      y[t * y_stride + r] = hsum(acc) + offset;
+    int64_t t = 0;
+    const Q8Block* x[8];
+    float out[8];
+    for (; t + 8 <= n; t += 8) {
+      for (int j = 0; j < 8; ++j) x[j] = xq + (t + j) * nb;
+      row_tile<T, 8>(row, nb, x, out);
+      for (int j = 0; j < 8; ++j) y[(t + j) * y_stride + r] = out[j];
+    }
+    for (; t + 4 <= n; t += 4) {
+      for (int j = 0; j < 4; ++j) x[j] = xq + (t + j) * nb;
+      row_tile<T, 4>(row, nb, x, out);
+      for (int j = 0; j < 4; ++j) y[(t + j) * y_stride + r] = out[j];
+    }
+    for (; t < n; ++t) {
+      x[0] = xq + t * nb;
+      row_tile<T, 1>(row, nb, x, out);
+      y[t * y_stride + r] = out[0];
     }
   }
 }

@@ -1,0 +1,159 @@
+// LLM throughput on a GGUF file, in llama-bench's terms: prefill of a 512-token prompt
+// (pp512) and decode of 128 tokens (tg128), tokens/s, median of --reps runs per thread
+// count; load time and resident memory after load; batched decode (the serving
+// engine's case: N sequences decoding together, aggregate tokens/s); the memory-
+// bandwidth floor of one decode step. bench/llm_compare.sh runs llama-bench beside it.
+//   bench_llm MODEL [--threads 1,2] [--reps 3] [--batch 1,2,4,8,16,32]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kiln/core/cpu_isa.h"
+#include "kiln/core/parallel.h"
+#include "kiln/llm/gguf.h"
+#include "kiln/llm/model.h"
+#include "llm/quant_kernels.h"
+
+#include <immintrin.h>
+
+using namespace kiln;
+using namespace kiln::llm;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::vector<int> ints(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');) v.push_back(std::stoi(x));
+  return v;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+long rss_kib() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return 0;
+}
+
+// Tokens/s of a prefill of n tokens (one sequence, chunks of 512).
+double prefill(const Model& m, int n) {
+  KvCache cache = m.make_cache({n + 16, 16});
+  const auto s = cache.add_sequence();
+  std::vector<float> logits(static_cast<size_t>(m.config().n_vocab));
+  const auto t0 = Clock::now();
+  for (int at = 0; at < n; at += 512) {
+    std::vector<BatchToken> batch;
+    for (int i = at; i < std::min(n, at + 512); ++i) batch.push_back({s, (i * 7919) % 1000 + 100, i, i + 1 == n});
+    m.forward(batch, cache, logits.data());
+  }
+  return n / since(t0);
+}
+
+// Aggregate tokens/s of `seqs` sequences decoding `steps` tokens together after a
+// 16-token prompt each (llama-bench's tg starts from an empty context: seqs = 1, prompt 1).
+double decode(const Model& m, int seqs, int steps, int prompt) {
+  KvCache cache = m.make_cache({static_cast<int64_t>(seqs) * (prompt + steps + 16), 16});
+  std::vector<KvCache::SeqId> ids;
+  std::vector<float> logits(static_cast<size_t>(seqs * m.config().n_vocab));
+  for (int s = 0; s < seqs; ++s) ids.push_back(cache.add_sequence());
+  std::vector<BatchToken> batch;
+  for (int s = 0; s < seqs; ++s)
+    for (int p = 0; p < prompt; ++p) batch.push_back({ids[s], 100 + s + p, p, p + 1 == prompt});
+  m.forward(batch, cache, logits.data());
+  const auto t0 = Clock::now();
+  for (int step = 0; step < steps; ++step) {
+    batch.clear();
+    for (int s = 0; s < seqs; ++s) batch.push_back({ids[s], 200 + (step * 31 + s) % 500, cache.length(ids[s]), true});
+    m.forward(batch, cache, logits.data());
+  }
+  return static_cast<double>(seqs) * steps / since(t0);
+}
+
+// Read bandwidth (GB/s) of the pool summing a buffer far larger than the caches.
+double bandwidth() {
+  std::vector<float> buf(256u << 20 >> 2, 1.0f);
+  double best = 0;
+  for (int r = 0; r < 3; ++r) {
+    const auto t0 = Clock::now();
+    std::vector<double> part(static_cast<size_t>(num_threads()));
+    parallel_for(static_cast<int64_t>(buf.size()), 1 << 16, [&](int64_t b, int64_t e) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t i = b; i + 8 <= e; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(buf.data() + i));
+      float t[8];
+      _mm256_storeu_ps(t, acc);
+      part[static_cast<size_t>(b * num_threads() / static_cast<int64_t>(buf.size()))] += t[0];
+    });
+    best = std::max(best, buf.size() * 4.0 / since(t0) / 1e9);
+  }
+  return best;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: bench_llm MODEL [--threads 1,2] [--reps 3] [--batch 1,2,4,8,16,32]\n");
+    return 2;
+  }
+  std::vector<int> threads{1, 2}, batches;
+  int reps = 3;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--threads")) threads = ints(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--batch")) batches = ints(argv[i + 1]);
+  }
+  const long rss0 = rss_kib();
+  const auto t0 = Clock::now();
+  auto model = Model::load(argv[1]);
+  const double load_ms = since(t0) * 1e3;
+  const long rss1 = rss_kib();
+  // First token: a one-token prompt's logits right after load.
+  {
+    const auto t1 = Clock::now();
+    KvCache cache = model->make_cache({16, 16});
+    const auto s = cache.add_sequence();
+    std::vector<float> logits(static_cast<size_t>(model->config().n_vocab));
+    const BatchToken b{s, 1, 0, true};
+    model->forward(std::span<const BatchToken>(&b, 1), cache, logits.data());
+    std::printf("load %.0f ms, first token after %.0f ms; RSS %.1f MB after load (+%.1f MB), file %.1f MB\n", load_ms,
+                load_ms + since(t1) * 1e3, rss1 / 1024.0, (rss1 - rss0) / 1024.0, model->file().file_size() / 1e6);
+  }
+  std::printf("kernels: %s (CPU: %s)\n", kernels::kernel_isa(), cpu_isa_name(detected_cpu_isa()));
+  for (int t : threads) {
+    set_num_threads(t);
+    std::vector<double> pp, tg;
+    prefill(*model, 64);  // warm-up
+    for (int r = 0; r < reps; ++r) {
+      pp.push_back(prefill(*model, 512));
+      tg.push_back(decode(*model, 1, 128, 1));
+    }
+    const double gbs = bandwidth();
+    const double floor_tps = gbs * 1e9 / static_cast<double>(model->weight_bytes());
+    std::printf("kiln threads=%d pp512 %.1f tokens/s | tg128 %.1f tokens/s | floor %.0f tokens/s (%.1f MB/token at %.1f GB/s): %.0f%%\n",
+                t, median(pp), median(tg), floor_tps, model->weight_bytes() / 1e6, gbs, 100 * median(tg) / floor_tps);
+  }
+  if (!batches.empty()) {
+    set_num_threads(threads.back());
+    double one = 0;
+    for (int b : batches) {
+      std::vector<double> v;
+      for (int r = 0; r < reps; ++r) v.push_back(decode(*model, b, 32, 16));
+      const double tps = median(v);
+      if (b == batches.front()) one = tps;
+      std::printf("kiln batched decode threads=%d sequences=%d: %.1f tokens/s aggregate (%.2fx one)\n", threads.back(), b, tps,
+                  tps / one);
+    }
+  }
+  return 0;
+}
