@@ -21,6 +21,7 @@ PACKAGES=(
   curl                     # the server's CLI tests and the README's example
   clang-14 libclang-rt-14-dev   # libFuzzer targets
   python3 python3-venv     # fixture generators and interop checks (venv in the build tree)
+  python3-jinja2           # the chat-template fixtures' reference (scripts/fixtures/gen_chat_templates.py)
   dataset-fashion-mnist    # the default training data set
 )
 
