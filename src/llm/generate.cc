@@ -31,28 +31,46 @@ GenerateResult generate(const Model& model, std::string_view prompt, const Gener
 
 GenerateResult generate_tokens(const Model& model, std::vector<TokenId> prompt, const GenerateOptions& options,
                                const std::function<bool(std::string_view)>& on_text) {
+  KvCacheOptions cache_options = options.cache;
+  cache_options.max_tokens = std::max<int64_t>(cache_options.max_tokens, static_cast<int64_t>(prompt.size()) + options.max_tokens);
+  KvCache cache = model.make_cache(cache_options);
+  const KvCache::SeqId seq = cache.add_sequence();
+  std::vector<TokenId> cached;
+  return generate_in(model, cache, seq, cached, std::move(prompt), options, on_text);
+}
+
+GenerateResult generate_in(const Model& model, KvCache& cache, KvCache::SeqId seq, std::vector<TokenId>& cached,
+                           std::vector<TokenId> prompt, const GenerateOptions& options,
+                           const std::function<bool(std::string_view)>& on_text) {
   const ModelConfig& c = model.config();
   const Tokenizer& tok = model.tokenizer();
   if (prompt.empty()) throw InvalidArgumentError("the prompt has no tokens");
   if (options.max_tokens < 0) throw InvalidArgumentError("max_tokens must be >= 0");
   for (const std::string& s : options.stop)
     if (s.empty()) throw InvalidArgumentError("stop strings must not be empty");
+  if (static_cast<int64_t>(cached.size()) != cache.length(seq))
+    throw InvalidArgumentError("generate_in: `cached` must list the tokens the sequence holds");
   Sampler sampler(options.sampling, c.n_vocab);
-  KvCacheOptions cache_options = options.cache;
-  cache_options.max_tokens = std::max<int64_t>(cache_options.max_tokens, static_cast<int64_t>(prompt.size()) + options.max_tokens);
-  KvCache cache = model.make_cache(cache_options);
-  const KvCache::SeqId seq = cache.add_sequence();
+
+  // Reuse the cached prefix the prompt shares (at least the last prompt token runs again,
+  // for its logits).
+  size_t reuse = 0;
+  while (reuse < cached.size() && reuse + 1 < prompt.size() && cached[reuse] == prompt[reuse]) ++reuse;
+  cache.truncate(seq, static_cast<int64_t>(reuse));
+  cached.resize(reuse);
 
   GenerateResult r;
   r.prompt_tokens = prompt;
+  r.reused_tokens = static_cast<int64_t>(reuse);
   std::vector<float> logits(static_cast<size_t>(c.n_vocab));
   auto t0 = Clock::now();
   const int64_t chunk = std::max<int64_t>(1, options.prefill_chunk);
-  for (size_t at = 0; at < prompt.size(); at += static_cast<size_t>(chunk)) {
+  for (size_t at = reuse; at < prompt.size(); at += static_cast<size_t>(chunk)) {
     const size_t end = std::min(prompt.size(), at + static_cast<size_t>(chunk));
     std::vector<BatchToken> batch;
     for (size_t i = at; i < end; ++i) batch.push_back({seq, prompt[i], static_cast<int64_t>(i), i + 1 == prompt.size()});
     model.forward(batch, cache, logits.data());
+    for (size_t i = at; i < end; ++i) cached.push_back(prompt[i]);
   }
   r.prompt_seconds = seconds_since(t0);
 
@@ -97,6 +115,7 @@ GenerateResult generate_tokens(const Model& model, std::vector<TokenId> prompt, 
     if (i + 1 == options.max_tokens) break;
     const BatchToken next{seq, s.token, cache.length(seq), true};
     model.forward(std::span<const BatchToken>(&next, 1), cache, logits.data());
+    cached.push_back(s.token);
   }
   if (r.finish_reason == "length") {
     pending += stream.finish();

@@ -1,7 +1,10 @@
 #include "llm_cmds.h"
 
 #include <chrono>
+#include <unistd.h>
+
 #include <cstdio>
+#include <iostream>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -9,6 +12,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/file_io.h"
 #include "kiln/core/parallel.h"
+#include "kiln/llm/chat_template.h"
 #include "kiln/llm/generate.h"
 #include "kiln/llm/gguf.h"
 #include "kiln/llm/model.h"
@@ -66,6 +70,87 @@ int run_generate(const GenerateArgs& a) {
                load_s * 1e3, r.prompt_tokens.size(), r.prompt_tokens.size() / std::max(r.prompt_seconds, 1e-9), r.tokens.size(),
                r.tokens.size() > 1 ? (r.tokens.size() - 1) / std::max(r.decode_seconds, 1e-9) : 0.0, r.finish_reason.c_str(),
                num_threads());
+  return 0;
+}
+
+CLI::App* add_chat_command(CLI::App& app, ChatArgs& a) {
+  auto* c = app.add_subcommand("chat", "Chat with a GGUF language model (its chat template; a terminal or a pipe)");
+  c->add_option("-m,--model", a.gen.model, "The GGUF file")->required();
+  c->add_option("--system", a.system, "A system message");
+  c->add_option("-n,--max-tokens", a.gen.max_tokens, "Tokens per reply at most")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  c->add_option("-c,--context", a.context, "Positions the conversation may use")->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
+  c->add_option("--temperature,--temp", a.gen.temperature, "0: greedy")->check(CLI::Range(0.0f, 100.0f));
+  c->add_option("--top-k", a.gen.top_k)->check(CLI::Range(0, 1 << 30));
+  c->add_option("--top-p", a.gen.top_p)->check(CLI::Range(0.0f, 1.0f));
+  c->add_option("--min-p", a.gen.min_p)->check(CLI::Range(0.0f, 1.0f));
+  c->add_option("-s,--seed", a.gen.seed, "Sampling seed");
+  c->add_option("-t,--threads", a.gen.threads, "CPU threads (default: every core)")->check(CLI::Range(1, 1024));
+  a.gen.max_tokens = 512;
+  return c;
+}
+
+int run_chat(const ChatArgs& a) {
+  if (a.gen.threads > 0) set_num_threads(a.gen.threads);
+  auto model = llm::Model::load(a.gen.model);
+  const llm::Tokenizer& tok = model->tokenizer();
+  const std::string_view source = model->file().get_string("tokenizer.chat_template", "");
+  const bool interactive = isatty(0) && isatty(1);
+  if (source.empty()) std::fprintf(stderr, "kiln chat: the file has no chat template; using ChatML\n");
+  const llm::ChatTemplate tmpl(source.empty() ? std::string_view(
+      "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}") : source);
+  llm::GenerateOptions o;
+  o.max_tokens = a.gen.max_tokens;
+  o.sampling.temperature = a.gen.temperature;
+  o.sampling.top_k = a.gen.top_k;
+  o.sampling.top_p = a.gen.top_p > 0 ? a.gen.top_p : 1.0f;
+  o.sampling.min_p = a.gen.min_p;
+  o.sampling.seed = a.gen.seed;
+  llm::KvCache cache = model->make_cache({a.context, 16});
+  const llm::KvCache::SeqId seq = cache.add_sequence();
+  std::vector<llm::TokenId> cached;
+  std::vector<llm::ChatMessage> history;
+  if (!a.system.empty()) history.push_back({"system", a.system});
+  const std::string bos = tok.bos() ? std::string(tok.token_text(*tok.bos())) : "";
+  const std::string eos = tok.eos() ? std::string(tok.token_text(*tok.eos())) : "";
+  if (interactive) std::printf("kiln chat: %s (/reset starts over, /exit or Ctrl-D ends)\n", model->config().name.c_str());
+  std::string line;
+  for (;;) {
+    if (interactive) {
+      std::printf("> ");
+      std::fflush(stdout);
+    }
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      history.resize(a.system.empty() ? 0 : 1);
+      continue;
+    }
+    if (line.empty()) continue;
+    history.push_back({"user", line});
+    const std::string prompt = tmpl.apply(history, true, bos, eos);
+    llm::GenerateResult r;
+    try {
+      r = llm::generate_in(*model, cache, seq, cached, tok.encode(prompt, false, true), o, [](std::string_view piece) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+        return true;
+      });
+    } catch (const ResourceExhaustedError&) {
+      std::printf("\n[the conversation fills the context of %lld positions: /reset, or a larger --context]\n",
+                  static_cast<long long>(a.context));
+      history.pop_back();
+      cache.truncate(seq, 0);
+      cached.clear();
+      continue;
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+    std::fprintf(stderr, "[prompt %zu tokens (%lld cached), reply %zu tokens at %.1f tokens/s, %s]\n", r.prompt_tokens.size(),
+                 static_cast<long long>(r.reused_tokens), r.tokens.size(),
+                 r.tokens.size() > 1 ? (r.tokens.size() - 1) / std::max(r.decode_seconds, 1e-9) : 0.0, r.finish_reason.c_str());
+    history.push_back({"assistant", r.text});
+  }
   return 0;
 }
 

@@ -28,6 +28,14 @@ struct GenerateArgs {
 CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args);
 int run_generate(const GenerateArgs& args);
 
+struct ChatArgs {
+  GenerateArgs gen;         // model, sampling, threads (prompt fields unused)
+  std::string system;       // a system message (else the template's default, if any)
+  int64_t context = 4096;   // KV cache positions for the whole conversation
+};
+CLI::App* add_chat_command(CLI::App& app, ChatArgs& args);
+int run_chat(const ChatArgs& args);
+
 int run_show_gguf(const std::string& path);
 
 }  // namespace kiln::tools

@@ -27,3 +27,6 @@ head -c 1000 /dev/urandom > "$tmp/junk.gguf"
 head -c 5000 "$model" > "$tmp/cut.gguf"
 "$kiln" show --model "$tmp/cut.gguf"; echo "rc=$?"
 "$kiln" generate -m "$model" -p hi --top-p 2; echo "rc=$?"
+# kiln chat from a pipe: two turns (the second reuses the first's cache), /reset, EOF ends.
+printf 'What is the capital of France?\nAnd of Germany?\n/reset\nSay hi.\n' |
+  "$kiln" chat -m "$model" --temperature 0 -n 16 -t 2 2>&1; echo "chat rc=$?"

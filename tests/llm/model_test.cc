@@ -198,6 +198,31 @@ TEST(LlmModel, IsaPathsAgree) {
   EXPECT_EQ(0, std::memcmp(vnni.data(), avx2.data(), vnni.size() * sizeof(float)));
 }
 
+// A conversation's second turn reuses the first turn's cache and gives what a fresh run
+// of the whole prompt gives (greedy: identical tokens).
+TEST(LlmModel, GenerateInReusesTheCachedPrefix) {
+  const Model& m = smollm2();
+  GenerateOptions o;
+  o.max_tokens = 12;
+  o.sampling.temperature = 0;
+  o.ignore_eos = true;
+  KvCache cache = m.make_cache({512, 16});
+  const KvCache::SeqId s = cache.add_sequence();
+  std::vector<TokenId> cached;
+  const std::vector<TokenId> first = oracle_cases()[0].prompt_ids;
+  const GenerateResult r1 = generate_in(m, cache, s, cached, first, o);
+  EXPECT_EQ(r1.reused_tokens, 0);
+  EXPECT_EQ(static_cast<int64_t>(cached.size()), cache.length(s));
+  std::vector<TokenId> second = first;
+  second.insert(second.end(), r1.tokens.begin(), r1.tokens.end());
+  for (TokenId t : m.tokenizer().encode("<|im_end|>\n<|im_start|>user\nWhy?<|im_end|>\n<|im_start|>assistant\n", false, true))
+    second.push_back(t);
+  const GenerateResult r2 = generate_in(m, cache, s, cached, second, o);
+  EXPECT_GE(r2.reused_tokens, static_cast<int64_t>(first.size()));
+  const GenerateResult fresh = generate_tokens(m, second, o);
+  EXPECT_EQ(r2.tokens, fresh.tokens);
+}
+
 TEST(LlmModel, BadBatchesAreTypedErrorsAndChangeNothing) {
   const Model& m = smollm2();
   KvCache cache = m.make_cache({32, 16});

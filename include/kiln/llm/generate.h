@@ -30,6 +30,7 @@ struct GenerateResult {
   std::vector<TokenId> prompt_tokens, tokens;
   std::vector<Sample> samples;     // one per generated token (logprobs)
   std::string finish_reason;       // "stop" (token or string), "length", "cancelled"
+  int64_t reused_tokens = 0;       // prompt tokens found in the cache (generate_in)
   double prompt_seconds = 0, decode_seconds = 0;
 };
 
@@ -39,5 +40,12 @@ GenerateResult generate(const Model& model, std::string_view prompt, const Gener
 // The same from token ids.
 GenerateResult generate_tokens(const Model& model, std::vector<TokenId> prompt, const GenerateOptions& options,
                                const std::function<bool(std::string_view)>& on_text = nullptr);
+
+// The same on a sequence of an existing cache whose tokens are `cached`: the prompt's
+// longest cached prefix is not run again (a conversation's earlier turns). `cached` is
+// updated to what the sequence holds afterwards. The cache must have room for the rest.
+GenerateResult generate_in(const Model& model, KvCache& cache, KvCache::SeqId seq, std::vector<TokenId>& cached,
+                           std::vector<TokenId> prompt, const GenerateOptions& options,
+                           const std::function<bool(std::string_view)>& on_text = nullptr);
 
 }  // namespace kiln::llm
