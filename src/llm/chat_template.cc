@@ -256,6 +256,12 @@ void to_json(std::string& out, const Value& v, int indent, int depth) {
   }
 }
 
+const Value* dict_find(const Value& d, std::string_view key) {
+  for (const auto& [k, v] : d.data_->dict)
+    if (k == key) return &v;
+  return nullptr;
+}
+
 bool equal(const Value& a, const Value& b) {
   if (is_number(a) && is_number(b)) return as_double(a) == as_double(b);
   if (a.kind() != b.kind()) return false;
@@ -270,20 +276,15 @@ bool equal(const Value& a, const Value& b) {
       return true;
     case Kind::kDict:
       if (a.data_->dict.size() != b.data_->dict.size()) return false;
-      for (const auto& [k, v] : a.data_->dict) {
-        auto it = std::find_if(b.data_->dict.begin(), b.data_->dict.end(), [&](const auto& e) { return e.first == k; });
-        if (it == b.data_->dict.end() || !equal(v, it->second)) return false;
+      for (const auto& entry : a.data_->dict) {
+        const Value* other = dict_find(b, entry.first);
+        if (other == nullptr || !equal(entry.second, *other)) return false;
       }
       return true;
     default: return a.data_ == b.data_;
   }
 }
 
-const Value* dict_find(const Value& d, std::string_view key) {
-  for (const auto& [k, v] : d.data_->dict)
-    if (k == key) return &v;
-  return nullptr;
-}
 
 // ---- lexer --------------------------------------------------------------------------
 
