@@ -34,4 +34,11 @@ for test in pp512 tg128; do
   done
 done
 "$kiln" "$model" --threads 2 --reps "$rounds" --batch 1,2,4,8,16,32 | grep -v "^kiln threads"
+# Perplexity on Debian's licence texts (GPL-3, GPL-2, LGPL-2.1, Apache-2.0, MPL-2.0: ~23k
+# tokens), 512-token chunks, as llama-perplexity computes it; both on 2 threads.
+cat /usr/share/common-licenses/{GPL-3,GPL-2,LGPL-2.1,Apache-2.0,MPL-2.0} > "$out/licences.txt"
+echo "perplexity (licences, 512-token chunks):"
+echo "  llama.cpp: $("$bin/llama-perplexity" -m "$model" -f "$out/licences.txt" -c 512 -t 2 2>&1 | sed -n 's/.*Final estimate: //p')"
+cli="${KILN_BUILD_DIR:-build/default}/bin/kiln"
+echo "  kiln:      $("$cli" perplexity -m "$model" -f "$out/licences.txt" -c 512 -t 2 | sed -n 's/^Final estimate: //p')"
 rm -rf "$out"

@@ -5,6 +5,9 @@ plain text); per prompt, llama.cpp's prompt token ids, its 64-token greedy conti
 with the top-1 minus top-2 logit gap at each step, and the logits after the prompt
 (float16, prompts x vocabulary) — from bench/peers/llama_oracle.cpp.
 
+tests/fixtures/llm/smollm2.perplexity.txt: llama-perplexity's final estimate on Debian's
+GPL-3 text, 2 chunks of 512 tokens.
+
 tests/fixtures/llm/smollm2.tokens.inp/.out: 300 varied strings (English, code, emoji,
 CJK, whitespace runs, digits, ChatML special tokens, llama.cpp's own vocabulary test
 strings) and the token ids `llama-tokenize` gives for each on SmolLM2-135M-Instruct
@@ -179,8 +182,19 @@ def reference(model):
         print(f"prompt {i}: llama.cpp vs the float64 reference: cosine {c:.6f}, max |diff| {np.abs(r - llama[i]).max():.3f}")
 
 
+def perplexity(model):
+    r = subprocess.run([os.path.join(BIN, "llama-perplexity"), "-m", model, "-f", "/usr/share/common-licenses/GPL-3",
+                        "-c", "512", "--chunks", "2", "-t", "2"], capture_output=True, text=True, check=True)
+    line = [l for l in (r.stdout + r.stderr).splitlines() if "Final estimate" in l][0]
+    value = line.split("PPL = ")[1].split()[0]
+    with open(os.path.join(OUT, "smollm2.perplexity.txt"), "w") as f:
+        f.write(f"{value}\n")
+    print(f"llama-perplexity on GPL-3, 2 chunks of 512: {value}")
+
+
 def main():
     model = smollm2()
+    perplexity(model)
     oracle(model)
     reference(model)
     texts = corpus()

@@ -76,6 +76,8 @@ int main(int argc, char** argv) {
   auto* generate = kiln::tools::add_generate_command(app, generate_args);
   kiln::tools::ChatArgs chat_args;
   auto* chat = kiln::tools::add_chat_command(app, chat_args);
+  kiln::tools::PerplexityArgs perplexity_args;
+  auto* perplexity = kiln::tools::add_perplexity_command(app, perplexity_args);
   // Listed for --help; main() hands `kiln serve ...` to serve_main before parsing.
   app.add_subcommand("serve", "Serve model packages over REST and gRPC, TensorFlow Serving's flags (kiln serve --help)");
   CLI11_PARSE(app, argc, argv);
@@ -90,6 +92,7 @@ int main(int argc, char** argv) {
     if (*convert) return kiln::tools::run_convert(convert_args);
     if (*generate) return kiln::tools::run_generate(generate_args);
     if (*chat) return kiln::tools::run_chat(chat_args);
+    if (*perplexity) return kiln::tools::run_perplexity(perplexity_args);
     std::cout << app.help();
     return 0;
   } catch (const kiln::ResourceExhaustedError& e) {

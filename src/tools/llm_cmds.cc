@@ -16,6 +16,7 @@
 #include "kiln/llm/generate.h"
 #include "kiln/llm/gguf.h"
 #include "kiln/llm/model.h"
+#include "kiln/llm/perplexity.h"
 
 namespace kiln::tools {
 
@@ -151,6 +152,28 @@ int run_chat(const ChatArgs& a) {
                  r.tokens.size() > 1 ? (r.tokens.size() - 1) / std::max(r.decode_seconds, 1e-9) : 0.0, r.finish_reason.c_str());
     history.push_back({"assistant", r.text});
   }
+  return 0;
+}
+
+CLI::App* add_perplexity_command(CLI::App& app, PerplexityArgs& a) {
+  auto* c = app.add_subcommand("perplexity", "Perplexity of a GGUF language model on a text file (as llama-perplexity)");
+  c->add_option("-m,--model", a.model, "The GGUF file")->required();
+  c->add_option("-f,--file", a.file, "The text")->required();
+  c->add_option("-c,--context", a.context, "Tokens per chunk (the second half of each is scored)")->check(CLI::Range(int64_t{4}, int64_t{1} << 20));
+  c->add_option("--chunks", a.chunks, "At most this many chunks (default: all)");
+  c->add_option("-t,--threads", a.threads, "CPU threads (default: every core)")->check(CLI::Range(1, 1024));
+  return c;
+}
+
+int run_perplexity(const PerplexityArgs& a) {
+  if (a.threads > 0) set_num_threads(a.threads);
+  auto model = llm::Model::load(a.model);
+  const llm::PerplexityResult r = llm::perplexity(*model, read_file(a.file), a.context, a.chunks);
+  for (size_t i = 0; i < r.running.size(); ++i) std::printf("[%zu]%.4f,", i + 1, r.running[i]);
+  std::printf("\nFinal estimate: PPL = %.4f +/- %.5f (%lld chunks of %lld, %lld tokens scored of %lld, %.1f s, %.0f tokens/s)\n",
+              r.perplexity, r.perplexity * r.nll_stddev, static_cast<long long>(r.chunks), static_cast<long long>(a.context),
+              static_cast<long long>(r.scored_tokens), static_cast<long long>(r.text_tokens), r.seconds,
+              r.chunks * a.context / std::max(r.seconds, 1e-9));
   return 0;
 }
 

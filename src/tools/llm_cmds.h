@@ -36,6 +36,15 @@ struct ChatArgs {
 CLI::App* add_chat_command(CLI::App& app, ChatArgs& args);
 int run_chat(const ChatArgs& args);
 
+struct PerplexityArgs {
+  std::string model, file;
+  int64_t context = 512;
+  int64_t chunks = -1;
+  int threads = 0;
+};
+CLI::App* add_perplexity_command(CLI::App& app, PerplexityArgs& args);
+int run_perplexity(const PerplexityArgs& args);
+
 int run_show_gguf(const std::string& path);
 
 }  // namespace kiln::tools

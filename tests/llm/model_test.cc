@@ -14,6 +14,7 @@
 #include "kiln/core/npy.h"
 #include "kiln/core/tensor.h"
 #include "kiln/llm/generate.h"
+#include "kiln/llm/perplexity.h"
 #include "llm/llm_test_util.h"
 #include "test_util.h"
 
@@ -222,6 +223,21 @@ TEST(LlmModel, GenerateInReusesTheCachedPrefix) {
   EXPECT_GE(r2.reused_tokens, static_cast<int64_t>(first.size()));
   const GenerateResult fresh = generate_tokens(m, second, o);
   EXPECT_EQ(r2.tokens, fresh.tokens);
+}
+
+// Perplexity on Debian's GPL-3 text, 2 chunks of 512 tokens, as llama-perplexity computes
+// it (its value in the fixture): within 2%. (The whole 23k-token five-licence text:
+// kiln 14.999, llama.cpp 15.023; docs/benchmarks.md.)
+TEST(LlmModel, PerplexityMatchesLlamaCpp) {
+  const Model& m = smollm2();
+  const double llama = std::stod(read_file(kiln::testing::fixture("llm/smollm2.perplexity.txt")));
+  const PerplexityResult r = perplexity(m, read_file("/usr/share/common-licenses/GPL-3"), 512, 2);
+  EXPECT_EQ(r.chunks, 2);
+  EXPECT_EQ(r.scored_tokens, 2 * 255);
+  EXPECT_GT(r.text_tokens, 7000);
+  std::printf("perplexity: kiln %.4f, llama.cpp %.4f (%+.2f%%)\n", r.perplexity, llama, 100 * (r.perplexity / llama - 1));
+  EXPECT_NEAR(r.perplexity, llama, 0.02 * llama);
+  EXPECT_THROW(perplexity(m, "too short", 512), InvalidArgumentError);
 }
 
 TEST(LlmModel, BadBatchesAreTypedErrorsAndChangeNothing) {
