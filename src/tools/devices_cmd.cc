@@ -5,6 +5,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "kiln/core/cpu_isa.h"
 #include "kiln/core/device_config.h"
 #include "kiln/core/flags.h"
 
@@ -78,6 +79,7 @@ int run_devices(const DevicesArgs& a) {
     if (std::string why = cuda_reason(phys); !why.empty()) j["cuda_unavailable"] = why;
     for (size_t i = 0; i < logical.size(); ++i)
       for (const DeviceReading& r : readings_of(logical[i].device)) j["logical_devices"][i]["readings"][r.name] = r.value;
+    j["cpu_isa"] = {{"detected", cpu_isa_name(detected_cpu_isa())}, {"used", cpu_isa_name(cpu_isa())}};
     j["environment"] = nlohmann::json::object();
     for (const auto& [name, value] : kiln_environment()) j["environment"][name] = value;
     std::cout << j.dump(2) << "\n";
@@ -97,6 +99,9 @@ int run_devices(const DevicesArgs& a) {
                 feats.empty() ? "-" : feats.c_str());
   }
   if (std::string why = cuda_reason(phys); !why.empty()) std::printf("  (no GPU: %s)\n", why.c_str());
+  // kiln's own CPU kernels (runtime dispatch, kiln/core/cpu_isa.h).
+  std::printf("  cpu instruction set: %s (the CPU has %s; KILN_CPU_ISA caps it)\n", cpu_isa_name(cpu_isa()),
+              cpu_isa_name(detected_cpu_isa()));
   std::printf("Logical devices\n");
   for (const auto& l : logical) {
     AllocatorStats s = config::memory_stats(l.device);
