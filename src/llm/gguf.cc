@@ -62,28 +62,29 @@ bool GgufValue::is_integer() const {
   }
 }
 
-double GgufValue::number_at(uint64_t i) const {
-  if (type != GgufType::kArray || i >= count || raw == nullptr)
-    throw OutOfRangeError(str_cat("GGUF array element ", i, " of ", count, " numbers"));
+namespace {
+// Element i of a numeric array as a scalar value.
+GgufValue element(const GgufValue& a, uint64_t i) {
+  if (a.type != GgufType::kArray || i >= a.count || a.raw == nullptr)
+    throw OutOfRangeError(str_cat("GGUF array element ", i, " of ", a.count, " numbers"));
   GgufValue v;
-  v.type = element_type;
-  read_scalar(element_type, raw + i * scalar_size(element_type), v);
+  v.type = a.element_type;
+  read_scalar(a.element_type, a.raw + i * scalar_size(a.element_type), v);
+  return v;
+}
+}  // namespace
+
+// Unsigned scalars below 64 bits leave num.i equal to num.u (the upper bits are zero).
+double GgufValue::number_at(uint64_t i) const {
+  const GgufValue v = element(*this, i);
   if (v.is_float()) return v.num.f;
-  if (element_type == GgufType::kU64) return static_cast<double>(v.num.u);
-  if (element_type == GgufType::kU8 || element_type == GgufType::kU16 || element_type == GgufType::kU32 ||
-      element_type == GgufType::kBool)
-    return static_cast<double>(v.num.u);
-  return static_cast<double>(v.num.i);
+  return v.type == GgufType::kU64 ? static_cast<double>(v.num.u) : static_cast<double>(v.num.i);
 }
 
 int64_t GgufValue::integer_at(uint64_t i) const {
-  if (type != GgufType::kArray || i >= count || raw == nullptr)
-    throw OutOfRangeError(str_cat("GGUF array element ", i, " of ", count, " numbers"));
-  GgufValue v;
-  v.type = element_type;
-  read_scalar(element_type, raw + i * scalar_size(element_type), v);
+  const GgufValue v = element(*this, i);
   if (v.is_float()) throw InvalidArgumentError(str_cat("GGUF array of ", gguf_type_name(element_type), " read as integers"));
-  if (element_type == GgufType::kU64 && v.num.u > static_cast<uint64_t>(INT64_MAX))
+  if (v.type == GgufType::kU64 && v.num.u > static_cast<uint64_t>(INT64_MAX))
     throw OutOfRangeError(str_cat("GGUF array element ", i, " = ", v.num.u, " does not fit in int64"));
   return v.num.i;
 }
