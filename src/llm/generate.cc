@@ -24,6 +24,38 @@ size_t stop_prefix_len(std::string_view text, const std::vector<std::string>& st
 }
 }  // namespace
 
+TextOutput::TextOutput(const Tokenizer& tokenizer, std::vector<std::string> stop, bool ignore_eos)
+    : tokenizer_(tokenizer), stop_(std::move(stop)), ignore_eos_(ignore_eos), stream_(tokenizer) {
+  for (const std::string& s : stop_)
+    if (s.empty()) throw InvalidArgumentError("stop strings must not be empty");
+}
+
+TextOutput::Step TextOutput::push(TokenId token) {
+  Step r;
+  if (!ignore_eos_ && tokenizer_.is_end_of_generation(token)) {
+    r.stop = r.eog = true;
+    return r;
+  }
+  pending_ += stream_.push(token);
+  size_t hit = std::string::npos;
+  for (const std::string& st : stop_) hit = std::min(hit, pending_.find(st));
+  if (hit != std::string::npos) {
+    r.text = pending_.substr(0, hit);
+    pending_.clear();
+    r.stop = true;
+    return r;
+  }
+  const size_t n = pending_.size() - stop_prefix_len(pending_, stop_);
+  r.text = pending_.substr(0, n);
+  pending_.erase(0, n);
+  return r;
+}
+
+std::string TextOutput::finish() {
+  pending_ += stream_.finish();
+  return std::move(pending_);
+}
+
 GenerateResult generate(const Model& model, std::string_view prompt, const GenerateOptions& options,
                         const std::function<bool(std::string_view)>& on_text) {
   return generate_tokens(model, model.tokenizer().encode(prompt, options.add_special, options.parse_special), options, on_text);
@@ -46,11 +78,10 @@ GenerateResult generate_in(const Model& model, KvCache& cache, KvCache::SeqId se
   const Tokenizer& tok = model.tokenizer();
   if (prompt.empty()) throw InvalidArgumentError("the prompt has no tokens");
   if (options.max_tokens < 0) throw InvalidArgumentError("max_tokens must be >= 0");
-  for (const std::string& s : options.stop)
-    if (s.empty()) throw InvalidArgumentError("stop strings must not be empty");
   if (static_cast<int64_t>(cached.size()) != cache.length(seq))
     throw InvalidArgumentError("generate_in: `cached` must list the tokens the sequence holds");
   Sampler sampler(options.sampling, c.n_vocab);
+  TextOutput out(tok, options.stop, options.ignore_eos);
 
   // Reuse the cached prefix the prompt shares (at least the last prompt token runs again,
   // for its logits).
@@ -75,39 +106,27 @@ GenerateResult generate_in(const Model& model, KvCache& cache, KvCache::SeqId se
   r.prompt_seconds = seconds_since(t0);
 
   std::vector<TokenId> history = prompt;
-  TextStream stream(tok);
-  std::string pending;  // final text not yet passed on (may start a stop string)
   bool cancelled = false;
-  auto emit = [&](size_t n) {
-    if (n == 0) return;
-    const std::string_view piece(pending.data(), n);
-    r.text.append(piece);
+  auto emit = [&](const std::string& piece) {
+    if (piece.empty()) return;
+    r.text += piece;
     if (on_text && !on_text(piece)) cancelled = true;
-    pending.erase(0, n);
   };
   t0 = Clock::now();
   r.finish_reason = "length";
   for (int64_t i = 0; i < options.max_tokens; ++i) {
     Sample s = sampler.sample(logits, history);
-    if (!options.ignore_eos && tok.is_end_of_generation(s.token)) {
+    TextOutput::Step step = out.push(s.token);
+    if (!step.eog) {
+      r.tokens.push_back(s.token);
+      r.samples.push_back(s);
+      history.push_back(s.token);
+    }
+    emit(step.text);
+    if (step.stop) {
       r.finish_reason = "stop";
       break;
     }
-    r.tokens.push_back(s.token);
-    r.samples.push_back(s);
-    history.push_back(s.token);
-    pending += stream.push(s.token);
-    if (!options.stop.empty()) {
-      size_t hit = std::string::npos;
-      for (const std::string& st : options.stop) hit = std::min(hit, pending.find(st));
-      if (hit != std::string::npos) {
-        emit(hit);
-        pending.clear();
-        r.finish_reason = "stop";
-        break;
-      }
-    }
-    emit(pending.size() - stop_prefix_len(pending, options.stop));
     if (cancelled) {
       r.finish_reason = "cancelled";
       break;
@@ -117,10 +136,7 @@ GenerateResult generate_in(const Model& model, KvCache& cache, KvCache::SeqId se
     model.forward(std::span<const BatchToken>(&next, 1), cache, logits.data());
     cached.push_back(s.token);
   }
-  if (r.finish_reason == "length") {
-    pending += stream.finish();
-    emit(pending.size());
-  }
+  if (r.finish_reason == "length") emit(out.finish());
   r.decode_seconds = seconds_since(t0);
   return r;
 }

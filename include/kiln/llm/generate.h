@@ -14,6 +14,30 @@
 
 namespace kiln::llm {
 
+// The text of one generation as tokens arrive: whole UTF-8 characters only, stop strings
+// cut (the text ends before the first one and nothing after it is passed on), text that
+// may still become a stop string held back, end-of-generation tokens end it (unless
+// ignored). One per sequence; generate() and the serving engine share it.
+class TextOutput {
+ public:
+  TextOutput(const Tokenizer& tokenizer, std::vector<std::string> stop, bool ignore_eos);
+  struct Step {
+    std::string text;   // text that became final with this token
+    bool stop = false;  // the generation ended (a stop string, or an end-of-generation token)
+    bool eog = false;   // ... an end-of-generation token, which is not part of the output
+  };
+  Step push(TokenId token);
+  // The text still held back, at the end of a generation that did not stop.
+  std::string finish();
+
+ private:
+  const Tokenizer& tokenizer_;
+  std::vector<std::string> stop_;
+  bool ignore_eos_;
+  TextStream stream_;
+  std::string pending_;
+};
+
 struct GenerateOptions {
   int64_t max_tokens = 256;
   std::vector<std::string> stop;  // stop strings (not included in the text)
