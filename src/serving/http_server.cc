@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -122,6 +123,7 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_never();
     keep_alive_ = req.keep_alive();
     version_ = req.version();
+    chunked_ = version_ >= 11;
     HttpRequest hr;
     hr.method = std::string(req.method_string());
     hr.target = std::string(req.target());
@@ -135,6 +137,10 @@ class Session : public std::enable_shared_from_this<Session> {
     Responder respond = [self = shared_from_this(), answered](HttpResponse r) {
       if (answered->exchange(true)) return;
       net::post(self->stream_.get_executor(), [self, r = std::move(r)]() mutable { self->write(std::move(r), true); });
+    };
+    hr.open_stream = [self = shared_from_this(), answered](int status, std::string content_type) -> std::shared_ptr<HttpStream> {
+      if (answered->exchange(true)) return nullptr;
+      return self->open_stream(status, std::move(content_type));
     };
     try {
       srv_->handler(std::move(hr), respond);
@@ -157,6 +163,118 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
+  class Stream : public HttpStream {
+   public:
+    explicit Stream(std::shared_ptr<Session> s) : s_(std::move(s)) {}
+    ~Stream() override { end(); }
+    bool write(std::string data) override { return !ended_.load() && s_->stream_write(std::move(data)); }
+    void end() override {
+      if (!ended_.exchange(true)) s_->stream_end();
+    }
+    bool closed() const override { return s_->stream_closed_.load(); }
+
+   private:
+    std::shared_ptr<Session> s_;
+    std::atomic<bool> ended_{false};
+  };
+
+  std::shared_ptr<HttpStream> open_stream(int status, std::string content_type) {
+    net::post(stream_.get_executor(), [self = shared_from_this(), status, content_type = std::move(content_type)] {
+      if (!self->chunked_) self->keep_alive_ = false;
+      std::string head = std::string(self->chunked_ ? "HTTP/1.1 " : "HTTP/1.0 ") + std::to_string(status) + " " +
+                         std::string(http::obsolete_reason(static_cast<http::status>(status))) +
+                         "\r\nServer: kiln\r\nContent-Type: " + content_type + "\r\nCache-Control: no-cache\r\n" +
+                         (self->chunked_ ? "Transfer-Encoding: chunked\r\n" : "") +
+                         (self->keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
+      self->stream_backlog_ += static_cast<int64_t>(head.size());
+      self->out_.push_back(std::move(head));
+      self->pump();
+    });
+    return std::make_shared<Stream>(shared_from_this());
+  }
+
+  bool stream_write(std::string data) {
+    if (stream_closed_.load()) return false;
+    if (data.empty()) return true;
+    if (chunked_) {
+      char size[24];
+      const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+      data.insert(0, size, static_cast<size_t>(n));
+      data += "\r\n";
+    }
+    if (stream_backlog_.fetch_add(static_cast<int64_t>(data.size())) + static_cast<int64_t>(data.size()) >
+        srv_->opts.max_stream_backlog_bytes) {
+      // The client reads too slowly: drop it rather than hold the producer or memory.
+      stream_closed_.store(true);
+      net::post(stream_.get_executor(), [self = shared_from_this()] { self->stream_failed(); });
+      return false;
+    }
+    net::post(stream_.get_executor(), [self = shared_from_this(), data = std::move(data)]() mutable {
+      self->out_.push_back(std::move(data));
+      self->pump();
+    });
+    return true;
+  }
+
+  void stream_end() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->out_.push_back(self->chunked_ ? "0\r\n\r\n" : "");
+      self->end_queued_ = true;
+      self->pump();
+    });
+  }
+
+  // Writes the queued pieces one at a time (on the session's strand).
+  void pump() {
+    if (writing_ || out_.empty()) return;
+    if (stream_closed_.load() && !stream_done_) return stream_failed();
+    if (end_queued_ && out_.size() == 1) {
+      // The last piece: the response is complete once it is written.
+      if (out_.front().empty()) {
+        out_.clear();
+        return stream_finished();
+      }
+    }
+    writing_ = true;
+    stream_.expires_after(srv_->opts.body_timeout);
+    net::async_write(stream_, net::buffer(out_.front()), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->writing_ = false;
+      self->stream_backlog_ -= static_cast<int64_t>(n);
+      if (ec) {
+        self->stream_closed_.store(true);
+        return self->stream_failed();
+      }
+      self->out_.pop_front();
+      if (self->end_queued_ && self->out_.empty()) return self->stream_finished();
+      self->pump();
+    });
+  }
+
+  void stream_finished() {
+    if (stream_done_) return;
+    stream_done_ = true;
+    srv_->done_one();
+    reset_stream();
+    if (!keep_alive_) return shutdown();
+    read();
+  }
+
+  void stream_failed() {
+    out_.clear();
+    if (stream_done_) return;
+    stream_done_ = true;
+    srv_->done_one();
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  }
+
+  void reset_stream() {
+    out_.clear();
+    end_queued_ = false;
+    stream_backlog_ = 0;
+    stream_done_ = false;
+  }
+
   void respond_and_close(HttpResponse r) {
     keep_alive_ = false;
     write(std::move(r), false);
@@ -166,6 +284,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(r.status), version_ ? version_ : 11);
     res->set(http::field::server, "kiln");
     res->set(http::field::content_type, r.content_type);
+    for (auto& [name, value] : r.headers) res->set(name, value);
     res->keep_alive(keep_alive_);
     res->body() = std::move(r.body);
     res->prepare_payload();
@@ -188,6 +307,11 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<HttpServer::Impl> srv_;
   bool keep_alive_ = true;
   unsigned version_ = 11;
+  // Streamed responses (strand, except the atomics).
+  std::deque<std::string> out_;
+  bool writing_ = false, end_queued_ = false, stream_done_ = false, chunked_ = true;
+  std::atomic<bool> stream_closed_{false};
+  std::atomic<int64_t> stream_backlog_{0};
 };
 
 void HttpServer::Impl::accept() {

@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_string.h"
 #include "tf_types.h"
 
 namespace kiln::serving::json {
@@ -77,69 +78,6 @@ std::string names_str(const std::vector<package::TensorInfo>& infos) {
 std::string list_desc(int64_t want) {
   if (want < 0) return "a list";
   return "a list of " + std::to_string(want) + (want == 1 ? " value" : " values");
-}
-
-// Length of the valid UTF-8 sequence at s[i] (i < s.size(), s[i] >= 0x80), 0 if invalid.
-size_t utf8_len(std::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  const size_t left = s.size() - i;
-  const auto cont = [&](size_t k) { return (b(k) & 0xc0) == 0x80; };
-  if (c >= 0xc2 && c <= 0xdf) return left >= 2 && cont(i + 1) ? 2 : 0;
-  if (c >= 0xe0 && c <= 0xef) {
-    if (left < 3 || !cont(i + 1) || !cont(i + 2)) return 0;
-    if (c == 0xe0 && b(i + 1) < 0xa0) return 0;   // overlong
-    if (c == 0xed && b(i + 1) >= 0xa0) return 0;  // surrogates
-    return 3;
-  }
-  if (c >= 0xf0 && c <= 0xf4) {
-    if (left < 4 || !cont(i + 1) || !cont(i + 2) || !cont(i + 3)) return 0;
-    if (c == 0xf0 && b(i + 1) < 0x90) return 0;   // overlong
-    if (c == 0xf4 && b(i + 1) >= 0x90) return 0;  // > U+10FFFF
-    return 4;
-  }
-  return 0;
-}
-
-// A JSON string literal: quotes, backslashes and control characters escaped; bytes that
-// are not valid UTF-8 become U+FFFD (the output is always valid JSON).
-void append_string(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out += '"';
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80) {
-      const size_t n = utf8_len(s, i);
-      if (n == 0) {
-        out += "\\ufffd";
-        ++i;
-      } else {
-        out.append(s.data() + i, n);
-        i += n;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out += kHex[c >> 4];
-          out += kHex[c & 15];
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-    ++i;
-  }
-  out += '"';
 }
 
 // Floats as TF Serving writes them: shortest round-trip digits, ".0" on whole numbers
@@ -1253,7 +1191,7 @@ std::string encode_predict(const package::Signature& sig, const TensorMap& outpu
       for (size_t k = 0; k < ts.size(); ++k) {
         if (several) {
           if (k) out += ',';
-          append_string(out, *ts[k].first);
+          append_json_string(out, *ts[k].first);
           out += ':';
         }
         append_tensor(out, ts[k].second, r);
@@ -1270,7 +1208,7 @@ std::string encode_predict(const package::Signature& sig, const TensorMap& outpu
       out += '{';
       for (size_t k = 0; k < ts.size(); ++k) {
         if (k) out += ',';
-        append_string(out, *ts[k].first);
+        append_json_string(out, *ts[k].first);
         out += ':';
         append_tensor(out, ts[k].second, -1);
       }
@@ -1316,7 +1254,7 @@ std::string encode_classify(const std::vector<std::vector<std::pair<std::string,
     for (size_t k = 0; k < results[i].size(); ++k) {
       if (k) out += ',';
       out += '[';
-      append_string(out, results[i][k].first);
+      append_json_string(out, results[i][k].first);
       out += ',';
       append_float(out, results[i][k].second);
       out += ']';
@@ -1347,11 +1285,11 @@ std::string encode_status(const std::vector<VersionStatus>& versions) {
     out += "{\"version\":\"";
     append_int(out, v.version);
     out += "\",\"state\":";
-    append_string(out, state_name(v.state));
+    append_json_string(out, state_name(v.state));
     out += ",\"status\":{\"error_code\":";
-    append_string(out, code_name(v.status.code));
+    append_json_string(out, code_name(v.status.code));
     out += ",\"error_message\":";
-    append_string(out, v.status.message);
+    append_json_string(out, v.status.message);
     out += "}}";
   }
   out += "]}";
@@ -1362,7 +1300,7 @@ namespace {
 
 void append_tensor_info(std::string& out, const package::TensorInfo& info) {
   out += "{\"dtype\":";
-  append_string(out, tf_dtype_name(info.spec.dtype));
+  append_json_string(out, tf_dtype_name(info.spec.dtype));
   out += ",\"tensor_shape\":{\"dim\":[";
   for (size_t i = 0; i < info.spec.shape.size(); ++i) {
     if (i) out += ',';
@@ -1371,7 +1309,7 @@ void append_tensor_info(std::string& out, const package::TensorInfo& info) {
     out += "\",\"name\":\"\"}";
   }
   out += "],\"unknown_rank\":false},\"name\":";
-  append_string(out, info.name);
+  append_json_string(out, info.name);
   out += '}';
 }
 
@@ -1379,7 +1317,7 @@ void append_tensor_infos(std::string& out, const std::vector<package::TensorInfo
   out += '{';
   for (size_t i = 0; i < infos.size(); ++i) {
     if (i) out += ',';
-    append_string(out, infos[i].name);
+    append_json_string(out, infos[i].name);
     out += ':';
     append_tensor_info(out, infos[i]);
   }
@@ -1390,20 +1328,20 @@ void append_tensor_infos(std::string& out, const std::vector<package::TensorInfo
 
 std::string encode_metadata(const std::string& model, int64_t version, const std::vector<package::Signature>& sigs) {
   std::string out = "{\"model_spec\":{\"name\":";
-  append_string(out, model);
+  append_json_string(out, model);
   out += ",\"signature_name\":\"\",\"version\":\"";
   append_int(out, version);
   out += "\"},\"metadata\":{\"signature_def\":{\"signature_def\":{";
   for (size_t i = 0; i < sigs.size(); ++i) {
     const package::Signature& s = sigs[i];
     if (i) out += ',';
-    append_string(out, s.name);
+    append_json_string(out, s.name);
     out += ":{\"inputs\":";
     append_tensor_infos(out, s.inputs);
     out += ",\"outputs\":";
     append_tensor_infos(out, s.outputs);
     out += ",\"method_name\":";
-    append_string(out, s.method);
+    append_json_string(out, s.method);
     out += ",\"defaults\":{}}";
   }
   out += "}}}}";
@@ -1412,7 +1350,7 @@ std::string encode_metadata(const std::string& model, int64_t version, const std
 
 std::string encode_error(std::string_view message) {
   std::string out = "{\"error\":";
-  append_string(out, message);
+  append_json_string(out, message);
   out += '}';
   return out;
 }

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "grpc_server.h"
 #include "http_server.h"
+#include "llm_api.h"
 #include "kiln/core/device.h"
 #include "kiln/core/device_config.h"
 #include "kiln/core/error.h"
@@ -32,6 +33,7 @@ struct Server::Impl {
   std::unique_ptr<WorkPool> pool;
   std::unique_ptr<ModelManager> manager;
   std::unique_ptr<Service> service;
+  std::unique_ptr<LlmService> llm;  // before http in destruction: its events write to streams
   std::unique_ptr<HttpServer> http;
   std::unique_ptr<GrpcServer> grpc;
   MonitoringOptions monitoring;
@@ -40,8 +42,11 @@ struct Server::Impl {
 
   std::vector<ModelConfig> initial_models() {
     if (!opts.model_config_file.empty()) return models_from_proto(read_model_server_config(opts.model_config_file));
-    if (opts.model_base_path.empty())
-      throw InvalidArgumentError("no model to serve: give --model_base_path (with --model_name) or --model_config_file");
+    if (opts.model_base_path.empty()) {
+      if (!opts.llm_models.empty()) return {};  // language models only
+      throw InvalidArgumentError(
+          "no model to serve: give --model_base_path (with --model_name), --model_config_file or --llm_model");
+    }
     ModelConfig m;
     m.name = opts.model_name;
     m.base_path = opts.model_base_path;
@@ -145,6 +150,18 @@ void Server::start() {
   im.manager = std::make_unique<ModelManager>(std::move(mo));
   im.manager->set_config(im.initial_models());
   im.service = std::make_unique<Service>(*im.manager, im.metrics);
+  if (!im.opts.llm_models.empty()) {
+    std::vector<LlmModelSpec> specs;
+    for (const std::string& f : im.opts.llm_models) specs.push_back(parse_llm_model_flag(f));
+    llm::EngineOptions eo;
+    eo.kv_cache_bytes = parse_memory_amount(im.opts.llm_kv_cache_memory);
+    eo.context_length = im.opts.llm_context_size;
+    eo.max_running = im.opts.llm_max_running;
+    eo.step_tokens = im.opts.llm_step_tokens;
+    eo.max_waiting = im.opts.llm_max_waiting;
+    eo.prefix_caching = im.opts.llm_prefix_caching;
+    im.llm = std::make_unique<LlmService>(specs, eo, im.metrics);
+  }
   im.process_metrics();
   // First versions load before the ports open: a started server is ready unless a
   // model failed (its status says why; /readyz answers 503 until it has a version).
@@ -159,7 +176,19 @@ void Server::start() {
     RestOptions ro;
     ro.metrics_enabled = im.monitoring.enabled;
     ro.metrics_path = im.monitoring.path;
-    im.http = std::make_unique<HttpServer>(ho, make_rest_handler(*im.service, ro));
+    HttpHandler rest = make_rest_handler(*im.service, ro);
+    if (im.llm) {
+      // OpenAI's routes first; the rest is TensorFlow Serving's. With language models
+      // only, the server is ready once they loaded (they load before the port opens).
+      const bool llm_only = im.manager->model_names().empty();
+      rest = [rest, llm = im.llm.get(), llm_only](HttpRequest&& req, Responder respond) {
+        if (llm_only && req.target.substr(0, 7) == "/readyz")
+          return respond(HttpResponse(200, "application/json", "{\"status\": \"ready\"}"));
+        if (llm->handle(req, respond)) return;
+        rest(std::move(req), std::move(respond));
+      };
+    }
+    im.http = std::make_unique<HttpServer>(ho, std::move(rest));
     im.http->start();
   }
   if (im.opts.port >= 0) {
@@ -179,6 +208,7 @@ void Server::start() {
              {"grpc", im.grpc ? im.opts.host + ":" + std::to_string(im.grpc->port()) : "off"},
              {"rest", im.http ? im.opts.host + ":" + std::to_string(im.http->port()) : "off"},
              {"batching", im.opts.enable_batching ? "on" : "off"},
+             {"llm_models", std::to_string(im.opts.llm_models.size())},
              {"ready", im.manager->ready() ? "true" : "false"}});
 }
 
@@ -201,6 +231,7 @@ void Server::stop() {
   log_event(LogLevel::kInfo, "server_stopping", {{"in_flight", std::to_string(im.http ? im.http->in_flight() : 0)}});
   if (im.grpc) im.grpc->shutdown(grace);
   if (im.http) im.http->stop(grace);
+  im.llm.reset();      // engines stop: generations still running end as cancelled
   im.manager.reset();  // unloads; batches still queued fail UNAVAILABLE
   // Jobs hold their connections (through the responder): they must finish and let go
   // while the HTTP server's io_context still exists.
@@ -271,6 +302,19 @@ int serve_main(int argc, char** argv) {
   app.add_option("--auto_mixed_precision", o.auto_mixed_precision,
                  "off (default: each package computes as stored), bf16 or f16: matmuls, convolutions and the ops "
                  "between them run in 16 bits (graph pass at load)");
+  app.add_option("--llm_model", o.llm_models,
+                 "A language model to serve with OpenAI's API on the REST port: NAME=PATH to a GGUF file (repeatable)");
+  app.add_option("--llm_context_size", o.llm_context_size, "Positions per sequence (0: the model's training context)")
+      ->capture_default_str();
+  app.add_option("--llm_kv_cache_memory", o.llm_kv_cache_memory,
+                 "KV cache pool per language model: bytes (512MiB, 2GB) or a fraction of this machine's memory (0.25)")
+      ->capture_default_str();
+  app.add_option("--llm_max_running", o.llm_max_running, "Sequences batched together in one step")->capture_default_str();
+  app.add_option("--llm_step_tokens", o.llm_step_tokens,
+                 "Tokens per step: decoding tokens plus chunks of prompts being read (chunked prefill)")->capture_default_str();
+  app.add_option("--llm_max_waiting", o.llm_max_waiting, "Queued requests beyond which the answer is 429")->capture_default_str();
+  app.add_option("--llm_prefix_caching", o.llm_prefix_caching, "Share the KV cache of identical prompt prefixes")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

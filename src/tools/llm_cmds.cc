@@ -97,9 +97,7 @@ int run_chat(const ChatArgs& a) {
   const std::string_view source = model->file().get_string("tokenizer.chat_template", "");
   const bool interactive = isatty(0) && isatty(1);
   if (source.empty()) std::fprintf(stderr, "kiln chat: the file has no chat template; using ChatML\n");
-  const llm::ChatTemplate tmpl(source.empty() ? std::string_view(
-      "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
-      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}") : source);
+  const llm::ChatTemplate tmpl(source.empty() ? llm::kChatMlTemplate : source);
   llm::GenerateOptions o;
   o.max_tokens = a.gen.max_tokens;
   o.sampling.temperature = a.gen.temperature;

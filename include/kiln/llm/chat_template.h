@@ -58,6 +58,11 @@ struct ChatMessage {
   std::string content;
 };
 
+// The template used when a file carries none: ChatML (<|im_start|>role\n...<|im_end|>).
+inline constexpr std::string_view kChatMlTemplate =
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
 class ChatTemplate {
  public:
   // Parses `source`. InvalidArgumentError / UnimplementedError with the line.

@@ -1,14 +1,17 @@
 #pragma once
 // The kiln model server: TensorFlow Serving's flags, REST + gRPC front ends, the model
-// manager and batching, wired together (docs/serving-api.md).
+// manager and batching, wired together, and language models behind OpenAI's API on the
+// same REST port (docs/serving-api.md).
 //
 //   kiln serve --model_name=mnist --model_base_path=/models/mnist --rest_api_port=8501
 //
 // Thread-safety: start(), reload_config_file() and stop() are called from one thread
 // (the owner); everything else the server does runs on its own threads.
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace kiln::serving {
 
@@ -37,6 +40,14 @@ struct ServerOptions {
   // "bf16" or "f16" (graph::PassOptions::auto_mixed_precision). Only this option changes
   // what a package computes in; the environment never does.
   std::string auto_mixed_precision;
+  // Language models (GGUF), served with OpenAI's API on the REST port: "NAME=PATH" each.
+  std::vector<std::string> llm_models;
+  int64_t llm_context_size = 0;             // positions per sequence; 0: the model's
+  std::string llm_kv_cache_memory = "512MiB";  // KV cache pool per model: bytes or a fraction of memory
+  int llm_max_running = 16;                 // sequences batched per step
+  int64_t llm_step_tokens = 256;            // tokens per step (decode + prefill chunks)
+  int64_t llm_max_waiting = 256;            // queued requests beyond which the answer is 429
+  bool llm_prefix_caching = true;
 };
 
 class Server {

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_string.h"
 
 namespace kiln::llm {
 
@@ -171,30 +172,6 @@ std::string repr(const Value& v) {
   }
 }
 
-void json_string(std::string& out, const std::string& s) {
-  out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  out += '"';
-}
-
 // Python's json.dumps(v, ensure_ascii=False, indent=indent) (what HF's tojson does).
 void to_json(std::string& out, const Value& v, int indent, int depth) {
   std::string nl, close;  // a newline and the indentation of the items / of the closing bracket
@@ -209,7 +186,7 @@ void to_json(std::string& out, const Value& v, int indent, int depth) {
     case Kind::kBool: out += v.data_->b ? "true" : "false"; return;
     case Kind::kInt: out += std::to_string(v.data_->i); return;
     case Kind::kFloat: out += float_repr(v.data_->f); return;
-    case Kind::kString: json_string(out, v.data_->s); return;
+    case Kind::kString: append_json_string(out, v.data_->s); return;
     case Kind::kList:
       if (v.data_->list.empty()) {
         out += "[]";
@@ -232,7 +209,7 @@ void to_json(std::string& out, const Value& v, int indent, int depth) {
       for (size_t i = 0; i < v.data_->dict.size(); ++i) {
         if (i) out += sep;
         out += nl;
-        json_string(out, v.data_->dict[i].first);
+        append_json_string(out, v.data_->dict[i].first);
         out += ": ";
         to_json(out, v.data_->dict[i].second, indent, depth + 1);
       }

@@ -1,0 +1,602 @@
+#include "llm_api.h"
+
+#include <simdjson.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <random>
+
+#include "kiln/core/error.h"
+#include "kiln/core/json_string.h"
+#include "kiln/core/version.h"
+#include "kiln/llm/chat_template.h"
+#include "kiln/llm/gguf.h"
+#include "kiln/serving/status.h"
+#include "kiln/llm/model.h"
+#include "llm_request.h"
+#include "log.h"
+
+namespace kiln::serving {
+
+using detail::str_cat;
+using Clock = std::chrono::steady_clock;
+
+LlmModelSpec parse_llm_model_flag(const std::string& flag) {
+  const size_t eq = flag.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == flag.size())
+    throw InvalidArgumentError("--llm_model takes NAME=PATH (a GGUF file), got '" + flag + "'");
+  return {flag.substr(0, eq), flag.substr(eq + 1)};
+}
+
+int64_t parse_memory_amount(const std::string& text) {
+  double v = 0;
+  const char* end = text.data() + text.size();
+  auto r = std::from_chars(text.data(), end, v);
+  if (r.ec != std::errc() || !(v > 0) || !std::isfinite(v))
+    throw InvalidArgumentError("a memory amount must be a positive number of bytes (with KB/MB/GB/KiB/MiB/GiB) or a fraction, got '" + text + "'");
+  std::string unit(r.ptr, end);
+  if (unit.empty() && v <= 1.0) {
+    const double total = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    return static_cast<int64_t>(v * total);
+  }
+  double scale = 1;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "KB" || unit == "kB") scale = 1e3;
+  else if (unit == "MB") scale = 1e6;
+  else if (unit == "GB") scale = 1e9;
+  else if (unit == "KiB") scale = 1024.0;
+  else if (unit == "MiB") scale = 1024.0 * 1024;
+  else if (unit == "GiB") scale = 1024.0 * 1024 * 1024;
+  else throw InvalidArgumentError("unknown memory unit '" + unit + "' in '" + text + "' (B, KB, MB, GB, KiB, MiB, GiB)");
+  return static_cast<int64_t>(v * scale);
+}
+
+struct LlmService::Entry {
+  std::string name;
+  std::shared_ptr<const llm::Model> model;
+  std::unique_ptr<llm::ChatTemplate> tmpl;
+  std::string bos, eos;
+  int64_t created = 0;
+  std::unique_ptr<llm::Engine> engine;
+  Histogram *ttft = nullptr, *itl = nullptr, *e2e = nullptr, *batch = nullptr;
+  Counter *prompt_tokens = nullptr, *generated_tokens = nullptr;
+  Family<Counter>* requests = nullptr;
+};
+
+namespace {
+
+void append_double(std::string& out, double v) {
+  if (!std::isfinite(v)) v = v > 0 ? 3.4e38 : -3.4e38;  // JSON has no infinities
+  char buf[32];
+  const int n = std::snprintf(buf, sizeof buf, "%.7g", v);
+  out.append(buf, static_cast<size_t>(n));
+}
+
+HttpResponse openai_error(int status, std::string_view message, std::string_view param = {}, std::string_view code = {}) {
+  const char* type = status == 404 || status == 400 || status == 413 ? "invalid_request_error"
+                     : status == 429                                  ? "rate_limit_exceeded"
+                     : status == 504                                  ? "timeout"
+                                                                      : "server_error";
+  std::string body = "{\"error\": {\"message\": ";
+  append_json_string(body, message);
+  body += ", \"type\": \"";
+  body += type;
+  body += "\", \"param\": ";
+  if (param.empty()) body += "null";
+  else append_json_string(body, param);
+  body += ", \"code\": ";
+  if (code.empty()) body += "null";
+  else append_json_string(body, code);
+  body += "}}";
+  HttpResponse r(status, "application/json", std::move(body));
+  if (status == 429) r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+HttpResponse error_from_exception() {
+  try {
+    throw;
+  } catch (const RequestFieldError& e) {
+    return openai_error(400, e.message(), e.param());
+  } catch (...) {
+    const Status st = status_of_current_exception();
+    return openai_error(http_status(st.code), st.message);
+  }
+}
+
+uint64_t random_seed() {
+  thread_local std::mt19937_64 gen(std::random_device{}());
+  return gen();
+}
+
+std::string new_id(const char* prefix) {
+  static std::atomic<uint64_t> counter{0};
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%s-%016llx%08llx", prefix, static_cast<unsigned long long>(random_seed()),
+                static_cast<unsigned long long>(counter.fetch_add(1) & 0xffffffffu));
+  return buf;
+}
+
+int64_t unix_time() { return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+// One API call: n engine requests (choices) answered together or streamed.
+struct Call : std::enable_shared_from_this<Call> {
+  std::shared_ptr<LlmService::Entry> entry;
+  LlmRequest req;
+  std::string id;
+  int64_t created = 0;
+  Clock::time_point start, last_token;
+  bool any_token = false;
+  std::shared_ptr<std::atomic<bool>> cancelled;
+  std::shared_ptr<HttpStream> stream;
+  Responder respond;
+  struct Choice {
+    std::string text;
+    std::vector<llm::Sample> samples;
+    std::string finish_reason;
+    int64_t completion_tokens = 0;
+    bool done = false;
+  };
+  std::vector<Choice> choices;
+  int remaining = 0;
+  int64_t prompt_tokens = 0, cached_tokens = 0;
+  bool abandoned = false;  // a submit failed: the error was answered, events are ignored
+  std::mutex mu;
+
+  const char* object() const { return req.chat ? "chat.completion" : "text_completion"; }
+
+  std::string piece(llm::TokenId t) const { return entry->model->tokenizer().token_to_piece(t); }
+
+  void append_bytes(std::string& out, const std::string& p) const {
+    out += "[";
+    for (size_t i = 0; i < p.size(); ++i) out += (i ? ", " : "") + std::to_string(static_cast<unsigned char>(p[i]));
+    out += "]";
+  }
+
+  // Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+  // Completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
+  void append_logprobs(std::string& out, const std::vector<llm::Sample>& samples, size_t text_offset) const {
+    if (req.chat) {
+      out += "{\"content\": [";
+      for (size_t i = 0; i < samples.size(); ++i) {
+        const std::string p = piece(samples[i].token);
+        out += i ? ", {\"token\": " : "{\"token\": ";
+        append_json_string(out, p);
+        out += ", \"logprob\": ";
+        append_double(out, samples[i].logprob);
+        out += ", \"bytes\": ";
+        append_bytes(out, p);
+        out += ", \"top_logprobs\": [";
+        for (size_t k = 0; k < samples[i].top.size(); ++k) {
+          const std::string tp = piece(samples[i].top[k].token);
+          out += k ? ", {\"token\": " : "{\"token\": ";
+          append_json_string(out, tp);
+          out += ", \"logprob\": ";
+          append_double(out, samples[i].top[k].logprob);
+          out += ", \"bytes\": ";
+          append_bytes(out, tp);
+          out += "}";
+        }
+        out += "]}";
+      }
+      out += "]}";
+      return;
+    }
+    std::string tokens, lps, tops, offsets;
+    size_t off = text_offset;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const std::string p = piece(samples[i].token);
+      const char* sep = i ? ", " : "";
+      tokens += sep;
+      append_json_string(tokens, p);
+      lps += sep;
+      append_double(lps, samples[i].logprob);
+      tops += sep;
+      tops += "{";
+      for (size_t k = 0; k < samples[i].top.size(); ++k) {
+        if (k) tops += ", ";
+        append_json_string(tops, piece(samples[i].top[k].token));
+        tops += ": ";
+        append_double(tops, samples[i].top[k].logprob);
+      }
+      tops += "}";
+      offsets += sep + std::to_string(off);
+      off += p.size();
+    }
+    out += "{\"tokens\": [" + tokens + "], \"token_logprobs\": [" + lps + "], \"top_logprobs\": [" + tops +
+           "], \"text_offset\": [" + offsets + "]}";
+  }
+
+  std::string head(const char* obj) const {
+    std::string out = "{\"id\": \"" + id + "\", \"object\": \"" + obj + "\", \"created\": " + std::to_string(created) +
+                      ", \"model\": ";
+    append_json_string(out, entry->name);
+    out += ", \"system_fingerprint\": \"kiln-" KILN_VERSION_STRING "\"";
+    return out;
+  }
+
+  std::string usage() const {
+    int64_t completion = 0;
+    for (const Choice& c : choices) completion += c.completion_tokens;
+    return "{\"prompt_tokens\": " + std::to_string(prompt_tokens) + ", \"completion_tokens\": " + std::to_string(completion) +
+           ", \"total_tokens\": " + std::to_string(prompt_tokens + completion) +
+           ", \"prompt_tokens_details\": {\"cached_tokens\": " + std::to_string(cached_tokens) + "}}";
+  }
+
+  // A streamed chunk of choice i.
+  void send_chunk(size_t i, const std::string& text, const llm::Sample* sample, const std::string& finish, bool role) {
+    std::string out = "data: " + head(req.chat ? "chat.completion.chunk" : "text_completion") + ", \"choices\": [{\"index\": " +
+                      std::to_string(i) + ", ";
+    if (req.chat) {
+      out += "\"delta\": {";
+      if (role) out += "\"role\": \"assistant\", \"content\": \"\"";
+      else if (finish.empty()) {
+        out += "\"content\": ";
+        append_json_string(out, text);
+      }
+      out += "}, ";
+    } else {
+      out += "\"text\": ";
+      append_json_string(out, text);
+      out += ", ";
+    }
+    out += "\"logprobs\": ";
+    if (sample && req.logprobs) append_logprobs(out, {*sample}, choices[i].text.size() - text.size());
+    else out += "null";
+    out += ", \"finish_reason\": ";
+    out += finish.empty() ? "null" : "\"" + finish + "\"";
+    out += "}]}\n\n";
+    if (!stream->write(std::move(out))) cancelled->store(true);
+  }
+
+  void on_event(size_t i, const llm::CompletionEvent& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (abandoned) return;
+    Choice& c = choices[i];
+    const auto now = Clock::now();
+    if (e.sample) {
+      if (!any_token) entry->ttft->observe(std::chrono::duration<double>(now - start).count());
+      else entry->itl->observe(std::chrono::duration<double>(now - last_token).count());
+      any_token = true;
+      last_token = now;
+      entry->generated_tokens->inc();
+      if (req.logprobs) c.samples.push_back(*e.sample);
+    }
+    c.text += e.text;
+    if (stream && (!e.text.empty() || (e.sample && req.logprobs)) && e.finish_reason != "cancelled")
+      send_chunk(i, e.text, req.logprobs ? e.sample : nullptr, "", false);
+    if (!e.done) return;
+    c.done = true;
+    c.finish_reason = e.finish_reason;
+    c.completion_tokens = e.completion_tokens;
+    prompt_tokens = e.prompt_tokens;
+    cached_tokens = std::max(cached_tokens, e.cached_tokens);
+    if (stream && (e.finish_reason == "stop" || e.finish_reason == "length")) send_chunk(i, "", nullptr, e.finish_reason, false);
+    if (--remaining == 0) complete();
+  }
+
+  // Every choice is done: answer (or end the stream) and record.
+  void complete() {
+    std::string reason = "stop";
+    for (const Choice& c : choices)
+      if (c.finish_reason != "stop" && c.finish_reason != "length") reason = c.finish_reason;
+    if (reason == "stop" && !choices.empty()) reason = choices[0].finish_reason;
+    entry->requests->at({entry->name, reason}).inc();
+    entry->e2e->observe(std::chrono::duration<double>(Clock::now() - start).count());
+    entry->prompt_tokens->inc(static_cast<double>(prompt_tokens));
+    if (stream) {
+      if (reason == "timeout" || reason == "error") {
+        std::string err = openai_error(reason == "timeout" ? 504 : 500,
+                                       reason == "timeout" ? "the request deadline passed" : "generation failed").body;
+        stream->write("data: " + err + "\n\n");
+      } else if (req.include_usage) {
+        stream->write("data: " + head(req.chat ? "chat.completion.chunk" : "text_completion") + ", \"choices\": [], \"usage\": " +
+                      usage() + "}\n\n");
+      }
+      stream->write("data: [DONE]\n\n");
+      stream->end();
+      stream.reset();
+      return;
+    }
+    if (reason == "timeout") return respond(openai_error(504, "the request deadline passed before generation finished"));
+    if (reason == "cancelled") return respond(openai_error(499, "the request was cancelled"));
+    if (reason == "error") return respond(openai_error(500, "generation failed"));
+    std::string out = head(object()) + ", \"choices\": [";
+    for (size_t i = 0; i < choices.size(); ++i) {
+      const Choice& c = choices[i];
+      out += (i ? ", {\"index\": " : "{\"index\": ") + std::to_string(i);
+      if (req.chat) {
+        out += ", \"message\": {\"role\": \"assistant\", \"content\": ";
+        append_json_string(out, c.text);
+        out += "}";
+      } else {
+        out += ", \"text\": ";
+        append_json_string(out, c.text);
+      }
+      out += ", \"logprobs\": ";
+      if (req.logprobs) append_logprobs(out, c.samples, 0);
+      else out += "null";
+      out += ", \"finish_reason\": \"" + c.finish_reason + "\"}";
+    }
+    out += "], \"usage\": " + usage() + "}";
+    respond(HttpResponse(200, "application/json", std::move(out)));
+  }
+};
+
+std::string_view path_of(const std::string& target) {
+  std::string_view t = target;
+  return t.substr(0, t.find('?'));
+}
+
+}  // namespace
+
+LlmService::LlmService(const std::vector<LlmModelSpec>& models, const llm::EngineOptions& engine, Metrics& metrics)
+    : metrics_(metrics) {
+  auto& ttft = metrics.histogram("kiln_llm_time_to_first_token_seconds", "Time from request to first generated token", {"model"},
+                                 latency_buckets());
+  auto& itl = metrics.histogram("kiln_llm_inter_token_latency_seconds", "Time between consecutive tokens of a request", {"model"},
+                                latency_buckets());
+  auto& e2e = metrics.histogram("kiln_llm_request_duration_seconds", "Time from request to its last token", {"model"},
+                                latency_buckets());
+  auto& batch = metrics.histogram("kiln_llm_batch_sequences", "Sequences in one engine step", {"model"},
+                                  {1, 2, 4, 8, 16, 32, 64, 128, 256});
+  auto& prompt = metrics.counter("kiln_llm_prompt_tokens_total", "Prompt tokens of finished requests", {"model"});
+  auto& gen = metrics.counter("kiln_llm_generated_tokens_total", "Tokens generated", {"model"});
+  auto& requests = metrics.counter("kiln_llm_requests_total", "Finished LLM requests by finish reason", {"model", "finish_reason"});
+  for (const LlmModelSpec& spec : models) {
+    for (const auto& e : models_)
+      if (e->name == spec.name) throw InvalidArgumentError("--llm_model: the name '" + spec.name + "' is given twice");
+    auto e = std::make_shared<Entry>();
+    e->name = spec.name;
+    try {
+      e->model = llm::Model::load(spec.path);
+    } catch (const Error& err) {
+      throw_error(err.code(), "language model '" + spec.name + "' (" + spec.path + "): " + err.message());
+    }
+    const llm::Tokenizer& tok = e->model->tokenizer();
+    const std::string_view source = e->model->file().get_string("tokenizer.chat_template", "");
+    e->tmpl = std::make_unique<llm::ChatTemplate>(source.empty() ? llm::kChatMlTemplate : source);
+    if (tok.bos()) e->bos = std::string(tok.token_text(*tok.bos()));
+    if (tok.eos()) e->eos = std::string(tok.token_text(*tok.eos()));
+    e->created = unix_time();
+    e->ttft = &ttft.at({spec.name});
+    e->itl = &itl.at({spec.name});
+    e->e2e = &e2e.at({spec.name});
+    e->batch = &batch.at({spec.name});
+    e->prompt_tokens = &prompt.at({spec.name});
+    e->generated_tokens = &gen.at({spec.name});
+    e->requests = &requests;
+    llm::EngineOptions eo = engine;
+    Histogram* bh = e->batch;
+    eo.on_step = [bh](int64_t seqs, int64_t) { bh->observe(static_cast<double>(seqs)); };
+    e->engine = std::make_unique<llm::Engine>(e->model, eo);
+    log_event(LogLevel::kInfo, "llm_loaded",
+              {{"model", spec.name}, {"path", spec.path}, {"context", std::to_string(e->engine->context_length())},
+               {"kv_blocks", std::to_string(e->engine->stats().kv_blocks_total)}});
+    models_.push_back(std::move(e));
+  }
+  auto& running = metrics.gauge("kiln_llm_requests_running", "Sequences in the engine's running batch", {"model"});
+  auto& waiting = metrics.gauge("kiln_llm_requests_waiting", "Requests queued for the engine", {"model"});
+  auto& usage = metrics.gauge("kiln_llm_kv_cache_usage_ratio", "Fraction of KV cache blocks held by sequences", {"model"});
+  auto& blocks = metrics.gauge("kiln_llm_kv_cache_blocks", "KV cache blocks: total, used (by sequences), cached (reusable prefixes)",
+                               {"model", "state"});
+  auto& hit = metrics.gauge("kiln_llm_prefix_cache_hit_ratio", "Prompt tokens found in the prefix cache / prompt tokens looked up",
+                            {"model"});
+  auto& hit_tokens = metrics.gauge("kiln_llm_prefix_cache_hit_tokens", "Prompt tokens found in the prefix cache (cumulative)", {"model"});
+  auto& preempt = metrics.gauge("kiln_llm_preemptions", "Sequences preempted for KV cache room (cumulative; they resume by recompute)",
+                                {"model"});
+  std::vector<std::weak_ptr<Entry>> weak(models_.begin(), models_.end());
+  metrics.on_collect([weak, &running, &waiting, &usage, &blocks, &hit, &hit_tokens, &preempt] {
+    for (const auto& w : weak) {
+      auto e = w.lock();
+      if (!e) continue;
+      const llm::EngineStats s = e->engine->stats();
+      running.at({e->name}).set(double(s.running));
+      waiting.at({e->name}).set(double(s.waiting));
+      usage.at({e->name}).set(s.kv_blocks_total ? double(s.kv_blocks_used) / double(s.kv_blocks_total) : 0);
+      blocks.at({e->name, "total"}).set(double(s.kv_blocks_total));
+      blocks.at({e->name, "used"}).set(double(s.kv_blocks_used));
+      blocks.at({e->name, "cached"}).set(double(s.kv_blocks_cached));
+      hit.at({e->name}).set(s.prefix_query_tokens ? double(s.prefix_hit_tokens) / double(s.prefix_query_tokens) : 0);
+      hit_tokens.at({e->name}).set(double(s.prefix_hit_tokens));
+      preempt.at({e->name}).set(double(s.preemptions));
+    }
+  });
+}
+
+LlmService::~LlmService() {
+  for (auto& e : models_) e->engine.reset();
+}
+
+std::vector<std::string> LlmService::names() const {
+  std::vector<std::string> out;
+  for (const auto& e : models_) out.push_back(e->name);
+  return out;
+}
+
+namespace {
+
+std::string model_json(const LlmService::Entry& e) {
+  std::string out = "{\"id\": ";
+  append_json_string(out, e.name);
+  out += ", \"object\": \"model\", \"created\": " + std::to_string(e.created) + ", \"owned_by\": \"kiln\", \"meta\": {\"context_length\": " +
+         std::to_string(e.engine->context_length()) + ", \"n_vocab\": " + std::to_string(e.model->config().n_vocab) +
+         ", \"architecture\": ";
+  append_json_string(out, e.model->config().architecture);
+  out += "}}";
+  return out;
+}
+
+simdjson::dom::object parse_object(simdjson::dom::parser& parser, const std::string& body) {
+  simdjson::dom::element doc;
+  if (auto err = parser.parse(body).get(doc); err != simdjson::SUCCESS)
+    throw InvalidArgumentError(str_cat("the body is not valid JSON: ", simdjson::error_message(err)));
+  simdjson::dom::object o;
+  if (doc.get_object().get(o) != simdjson::SUCCESS) throw InvalidArgumentError("the body must be a JSON object");
+  return o;
+}
+
+}  // namespace
+
+bool LlmService::handle(HttpRequest& http, Responder& respond) {
+  const std::string_view path = path_of(http.target);
+  const bool chat = path == "/v1/chat/completions", completion = path == "/v1/completions";
+  const bool list = path == "/v1/models", tokenize = path == "/tokenize", detokenize = path == "/detokenize";
+  std::shared_ptr<Entry> one;
+  if (path.substr(0, 11) == "/v1/models/")
+    for (const auto& e : models_)
+      if (e->name == path.substr(11)) one = e;
+  if (!chat && !completion && !list && !tokenize && !detokenize && !one) return false;
+  auto find = [&](const std::string& name) -> std::shared_ptr<Entry> {
+    if (name.empty() && models_.size() == 1) return models_[0];
+    for (const auto& e : models_)
+      if (e->name == name) return e;
+    throw RequestFieldError("model", "The model '" + name + "' does not exist (GET /v1/models lists them)");
+  };
+  auto unknown_model = [&](const RequestFieldError& e) { respond(openai_error(404, e.message(), "model", "model_not_found")); };
+  try {
+    if (list || one) {
+      if (http.method != "GET") return respond(openai_error(405, "use GET")), true;
+      if (one) return respond(HttpResponse(200, "application/json", model_json(*one))), true;
+      std::string out = "{\"object\": \"list\", \"data\": [";
+      for (size_t i = 0; i < models_.size(); ++i) out += (i ? ", " : "") + model_json(*models_[i]);
+      out += "]}";
+      respond(HttpResponse(200, "application/json", std::move(out)));
+      return true;
+    }
+    if (http.method != "POST") return respond(openai_error(405, "use POST")), true;
+    if (tokenize || detokenize) {
+      simdjson::dom::parser parser;
+      simdjson::dom::object o = parse_object(parser, http.body);
+      std::string model;
+      std::string_view sv;
+      if (o["model"].get(sv) == simdjson::SUCCESS) model = std::string(sv);
+      std::shared_ptr<Entry> e;
+      try {
+        e = find(model);
+      } catch (const RequestFieldError& err) {
+        return unknown_model(err), true;
+      }
+      const llm::Tokenizer& tok = e->model->tokenizer();
+      if (tokenize) {
+        if (o["content"].get(sv) != simdjson::SUCCESS) throw RequestFieldError("content", "'content' (a string) is required");
+        bool add_special = false, with_pieces = false;
+        if (o["add_special"].get(add_special) != simdjson::SUCCESS) add_special = false;
+        if (o["with_pieces"].get(with_pieces) != simdjson::SUCCESS) with_pieces = false;
+        const std::vector<llm::TokenId> ids = tok.encode(sv, add_special, true);
+        std::string out = "{\"tokens\": [";
+        for (size_t i = 0; i < ids.size(); ++i) {
+          if (i) out += ", ";
+          if (with_pieces) {
+            out += "{\"id\": " + std::to_string(ids[i]) + ", \"piece\": ";
+            append_json_string(out, tok.token_to_piece(ids[i], true));
+            out += "}";
+          } else {
+            out += std::to_string(ids[i]);
+          }
+        }
+        out += "]}";
+        return respond(HttpResponse(200, "application/json", std::move(out))), true;
+      }
+      simdjson::dom::array arr;
+      if (o["tokens"].get(arr) != simdjson::SUCCESS) throw RequestFieldError("tokens", "'tokens' (a list of token ids) is required");
+      std::vector<llm::TokenId> ids;
+      for (auto v : arr) {
+        int64_t id = -1;
+        if (v.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id >= tok.vocab_size())
+          throw RequestFieldError("tokens", str_cat("'tokens' must hold token ids in [0, ", tok.vocab_size(), ")"));
+        ids.push_back(static_cast<llm::TokenId>(id));
+      }
+      std::string out = "{\"content\": ";
+      append_json_string(out, tok.decode(ids));
+      out += "}";
+      return respond(HttpResponse(200, "application/json", std::move(out))), true;
+    }
+
+    // Completions.
+    auto call = std::make_shared<Call>();
+    call->start = Clock::now();
+    call->req = parse_llm_request(http.body, chat);
+    try {
+      call->entry = find(call->req.model);
+    } catch (const RequestFieldError& err) {
+      return unknown_model(err), true;
+    }
+    Entry& e = *call->entry;
+    const llm::Tokenizer& tok = e.model->tokenizer();
+    std::vector<llm::TokenId> prompt;
+    if (chat) {
+      std::vector<llm::ChatMessage> msgs = call->req.messages;
+      prompt = tok.encode(e.tmpl->apply(msgs, true, e.bos, e.eos), false, true);
+    } else if (call->req.prompt_is_tokens) {
+      prompt = call->req.prompt_tokens;
+      for (llm::TokenId t : prompt)
+        if (t >= tok.vocab_size()) throw RequestFieldError("prompt", str_cat("token id ", t, " is outside the vocabulary of ", tok.vocab_size()));
+    } else {
+      prompt = tok.encode(call->req.prompt, true, true);
+    }
+    if (prompt.empty()) throw RequestFieldError(chat ? "messages" : "prompt", "the prompt has no tokens");
+    const int64_t ctx = e.engine->context_length(), n_prompt = static_cast<int64_t>(prompt.size());
+    const int64_t max_tokens = call->req.max_tokens ? *call->req.max_tokens : chat ? ctx - n_prompt : std::min<int64_t>(16, ctx - n_prompt);
+    if (max_tokens < 1 || n_prompt + max_tokens > ctx)
+      return respond(openai_error(400,
+                                  str_cat("This model's context is ", ctx, " tokens; the request needs ", n_prompt, " for the prompt + ",
+                                          std::max<int64_t>(max_tokens, 1), " to generate. Shorten the prompt or lower max_tokens."),
+                                  chat ? "messages" : "prompt", "context_length_exceeded")),
+             true;
+    auto deadline = Clock::time_point::max();
+    if (!http.timeout_header.empty()) {
+      int64_t ms = 0;
+      auto r = std::from_chars(http.timeout_header.data(), http.timeout_header.data() + http.timeout_header.size(), ms);
+      if (r.ec != std::errc() || ms <= 0) throw RequestFieldError("X-Request-Timeout-Ms", "X-Request-Timeout-Ms must be a positive integer");
+      if (ms <= 86'400'000) deadline = call->start + std::chrono::milliseconds(ms);
+    }
+    call->id = new_id(chat ? "chatcmpl" : "cmpl");
+    call->created = unix_time();
+    call->cancelled = http.cancelled ? http.cancelled : std::make_shared<std::atomic<bool>>(false);
+    call->respond = respond;
+    call->choices.resize(static_cast<size_t>(call->req.n));
+    call->remaining = call->req.n;
+    const uint64_t seed = call->req.seeded ? call->req.sampling.seed : random_seed();
+
+    std::lock_guard<std::mutex> lock(call->mu);  // events wait until every choice is queued
+    for (int i = 0; i < call->req.n; ++i) {
+      llm::CompletionRequest cr;
+      cr.prompt = prompt;
+      cr.max_tokens = max_tokens;
+      cr.stop = call->req.stop;
+      cr.sampling = call->req.sampling;
+      cr.sampling.seed = seed + static_cast<uint64_t>(i);
+      cr.ignore_eos = call->req.ignore_eos;
+      cr.deadline = deadline;
+      cr.cancelled = call->cancelled;
+      cr.on_event = [call, i](const llm::CompletionEvent& ev) { call->on_event(static_cast<size_t>(i), ev); };
+      try {
+        e.engine->submit(std::move(cr));
+      } catch (...) {
+        call->abandoned = true;
+        call->cancelled->store(true);  // the choices already queued end at the next step
+        respond(error_from_exception());
+        return true;
+      }
+    }
+    if (call->req.stream) {
+      call->stream = http.open_stream(200, "text/event-stream");
+      if (!call->stream) {
+        call->cancelled->store(true);
+        return true;
+      }
+      if (chat)
+        for (int i = 0; i < call->req.n; ++i) call->send_chunk(static_cast<size_t>(i), "", nullptr, "", true);
+    }
+    return true;
+  } catch (...) {
+    respond(error_from_exception());
+    return true;
+  }
+}
+
+}  // namespace kiln::serving

@@ -1,0 +1,50 @@
+#pragma once
+// Language models in the model server: GGUF files served by kiln's LLM engine
+// (kiln/llm/engine.h: continuous batching on a paged KV cache with prefix caching)
+// behind OpenAI's API, on the REST port next to TensorFlow Serving's (docs/serving-api.md):
+//   POST /v1/chat/completions, POST /v1/completions   (stream: Server-Sent Events)
+//   GET  /v1/models
+//   POST /tokenize, POST /detokenize                   (llama-server's shapes)
+// Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}: unknown
+// model 404 (model_not_found), prompt + max_tokens over the context 400
+// (context_length_exceeded), malformed JSON or a bad field 400 naming it, a full queue
+// 429 with Retry-After, a request deadline (X-Request-Timeout-Ms) 504.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "http_server.h"
+#include "kiln/llm/engine.h"
+#include "kiln/serving/metrics.h"
+
+namespace kiln::serving {
+
+struct LlmModelSpec {
+  std::string name;
+  std::string path;  // a GGUF file
+};
+
+// "NAME=PATH" (--llm_model); InvalidArgumentError otherwise.
+LlmModelSpec parse_llm_model_flag(const std::string& flag);
+// --llm_kv_cache_memory: bytes ("268435456", "256MiB", "2GB") or a fraction of this
+// machine's memory ("0.25"). InvalidArgumentError otherwise.
+int64_t parse_memory_amount(const std::string& text);
+
+class LlmService {
+ public:
+  // Loads every model and starts its engine; errors name the model and file.
+  LlmService(const std::vector<LlmModelSpec>& models, const llm::EngineOptions& engine, Metrics& metrics);
+  ~LlmService();  // stops the engines: requests still running finish as cancelled
+
+  // Answers the request when its path is one of the LLM routes; false otherwise.
+  bool handle(HttpRequest& req, Responder& respond);
+  std::vector<std::string> names() const;
+
+  struct Entry;
+
+ private:
+  std::vector<std::shared_ptr<Entry>> models_;
+  Metrics& metrics_;
+};
+
+}  // namespace kiln::serving

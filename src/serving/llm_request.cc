@@ -1,0 +1,251 @@
+#include "llm_request.h"
+
+#include <simdjson.h>
+
+#include <cmath>
+
+namespace kiln::serving {
+
+using detail::str_cat;
+using simdjson::dom::array;
+using simdjson::dom::element;
+using simdjson::dom::object;
+using ET = simdjson::dom::element_type;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) { throw RequestFieldError(param, message); }
+
+double number(const element& e, const std::string& name) {
+  double d = 0;
+  if (e.type() == ET::INT64) return static_cast<double>(int64_t(e));
+  if (e.type() == ET::UINT64) return static_cast<double>(uint64_t(e));
+  if (e.type() != ET::DOUBLE || e.get_double().get(d) != simdjson::SUCCESS) bad(name, str_cat("'", name, "' must be a number"));
+  return d;
+}
+
+double number_in(const element& e, const std::string& name, double lo, double hi) {
+  const double v = number(e, name);
+  if (!(v >= lo && v <= hi)) bad(name, str_cat("'", name, "' must be between ", lo, " and ", hi, ", got ", v));
+  return v;
+}
+
+int64_t integer(const element& e, const std::string& name) {
+  int64_t v = 0;
+  if (e.type() == ET::INT64 && e.get_int64().get(v) == simdjson::SUCCESS) return v;
+  if (e.type() == ET::DOUBLE) {  // 16.0 is an integer; 16.5 is not
+    double d = 0;
+    if (e.get_double().get(d) == simdjson::SUCCESS && std::floor(d) == d && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
+  }
+  bad(name, str_cat("'", name, "' must be an integer"));
+}
+
+int64_t integer_in(const element& e, const std::string& name, int64_t lo, int64_t hi) {
+  const int64_t v = integer(e, name);
+  if (v < lo || v > hi) bad(name, str_cat("'", name, "' must be between ", lo, " and ", hi, ", got ", v));
+  return v;
+}
+
+bool boolean(const element& e, const std::string& name) {
+  bool b = false;
+  if (e.type() != ET::BOOL || e.get_bool().get(b) != simdjson::SUCCESS) bad(name, str_cat("'", name, "' must be a boolean"));
+  return b;
+}
+
+std::string string(const element& e, const std::string& name) {
+  std::string_view s;
+  if (e.type() != ET::STRING || e.get_string().get(s) != simdjson::SUCCESS) bad(name, str_cat("'", name, "' must be a string"));
+  return std::string(s);
+}
+
+// A message's content: a string, or a list of parts of which the text ones count.
+std::string content(const element& e, const std::string& name) {
+  if (e.type() == ET::STRING) return string(e, name);
+  if (e.type() == ET::NULL_VALUE) return {};
+  array parts;
+  if (e.type() != ET::ARRAY || e.get_array().get(parts) != simdjson::SUCCESS)
+    bad(name, str_cat("'", name, "' must be a string or a list of content parts"));
+  std::string out;
+  size_t i = 0;
+  for (element part : parts) {
+    const std::string pn = str_cat(name, "[", i++, "]");
+    object po;
+    if (part.get_object().get(po) != simdjson::SUCCESS) bad(pn, str_cat("'", pn, "' must be an object"));
+    element type, text;
+    if (po["type"].get(type) != simdjson::SUCCESS) bad(pn + ".type", str_cat("'", pn, ".type' is required"));
+    const std::string t = string(type, pn + ".type");
+    if (t != "text") bad(pn + ".type", str_cat("content parts of type '", t, "' are not supported (text only)"));
+    if (po["text"].get(text) != simdjson::SUCCESS) bad(pn + ".text", str_cat("'", pn, ".text' is required"));
+    out += string(text, pn + ".text");
+  }
+  return out;
+}
+
+}  // namespace
+
+LlmRequest parse_llm_request(std::string_view body, bool chat) {
+  simdjson::dom::parser parser;
+  element doc;
+  if (auto err = parser.parse(body.data(), body.size()).get(doc); err != simdjson::SUCCESS)
+    throw InvalidArgumentError(str_cat("the body is not valid JSON: ", simdjson::error_message(err)));
+  object root;
+  if (doc.get_object().get(root) != simdjson::SUCCESS) throw InvalidArgumentError("the body must be a JSON object");
+
+  LlmRequest r;
+  r.chat = chat;
+  bool have_model = false, have_input = false;
+  for (auto field : root) {
+    const std::string_view key = field.key;
+    const element& v = field.value;
+    const std::string k(key);
+    const bool null = v.type() == ET::NULL_VALUE;
+    if (key == "model") {
+      r.model = string(v, k);
+      have_model = true;
+    } else if (chat && key == "messages") {
+      array msgs;
+      if (v.get_array().get(msgs) != simdjson::SUCCESS) bad(k, "'messages' must be a list of messages");
+      size_t i = 0;
+      for (element m : msgs) {
+        const std::string mn = str_cat("messages[", i++, "]");
+        object mo;
+        if (m.get_object().get(mo) != simdjson::SUCCESS) bad(mn, str_cat("'", mn, "' must be an object"));
+        element role, text;
+        if (mo["role"].get(role) != simdjson::SUCCESS) bad(mn + ".role", str_cat("'", mn, ".role' is required"));
+        llm::ChatMessage msg;
+        msg.role = string(role, mn + ".role");
+        if (mo["content"].get(text) == simdjson::SUCCESS) msg.content = content(text, mn + ".content");
+        r.messages.push_back(std::move(msg));
+      }
+      if (r.messages.empty()) bad(k, "'messages' must not be empty");
+      have_input = true;
+    } else if (!chat && key == "prompt") {
+      if (v.type() == ET::STRING) {
+        r.prompt = string(v, k);
+      } else {
+        array items;
+        if (v.get_array().get(items) != simdjson::SUCCESS) bad(k, "'prompt' must be a string, a list of token ids or a list of one string");
+        size_t i = 0;
+        for (element e : items) {
+          const std::string en = str_cat("prompt[", i, "]");
+          if (e.type() == ET::STRING) {
+            if (i > 0 || items.size() != 1) bad(k, "one prompt per request: send a list of one string, or the string");
+            r.prompt = string(e, en);
+          } else if (e.type() == ET::ARRAY) {
+            if (items.size() != 1) bad(k, "one prompt per request: send one list of token ids");
+            array ids;
+            if (e.get_array().get(ids) != simdjson::SUCCESS) bad(en, "expected a list of token ids");
+            size_t j = 0;
+            for (element id : ids) r.prompt_tokens.push_back(static_cast<llm::TokenId>(integer_in(id, str_cat(en, "[", j++, "]"), 0, INT32_MAX)));
+            r.prompt_is_tokens = true;
+          } else {
+            r.prompt_tokens.push_back(static_cast<llm::TokenId>(integer_in(e, en, 0, INT32_MAX)));
+            r.prompt_is_tokens = true;
+          }
+          ++i;
+        }
+        if (i == 0) bad(k, "'prompt' must not be empty");
+      }
+      have_input = true;
+    } else if (key == "max_tokens" || key == "max_completion_tokens") {
+      if (!null) r.max_tokens = integer_in(v, k, 1, INT32_MAX);
+    } else if (key == "temperature") {
+      if (!null) r.sampling.temperature = static_cast<float>(number_in(v, k, 0, 2));
+    } else if (key == "top_p") {
+      if (!null) {
+        r.sampling.top_p = static_cast<float>(number_in(v, k, 0, 1));
+        if (r.sampling.top_p == 0) r.sampling.top_p = 1e-6f;  // OpenAI accepts 0: the most likely token
+      }
+    } else if (key == "top_k") {
+      if (!null) r.sampling.top_k = static_cast<int32_t>(integer_in(v, k, 0, INT32_MAX));
+    } else if (key == "min_p") {
+      if (!null) r.sampling.min_p = static_cast<float>(number_in(v, k, 0, 1));
+    } else if (key == "presence_penalty") {
+      if (!null) r.sampling.presence_penalty = static_cast<float>(number_in(v, k, -2, 2));
+    } else if (key == "frequency_penalty") {
+      if (!null) r.sampling.frequency_penalty = static_cast<float>(number_in(v, k, -2, 2));
+    } else if (key == "repetition_penalty") {
+      if (!null) r.sampling.repetition_penalty = static_cast<float>(number_in(v, k, 0.01, 10));
+    } else if (key == "n") {
+      if (!null) r.n = static_cast<int>(integer_in(v, k, 1, kMaxChoices));
+    } else if (key == "seed") {
+      if (!null) {
+        r.sampling.seed = static_cast<uint64_t>(integer(v, k));
+        r.seeded = true;
+      }
+    } else if (key == "stop") {
+      if (v.type() == ET::STRING) {
+        r.stop.push_back(string(v, k));
+      } else if (!null) {
+        array items;
+        if (v.get_array().get(items) != simdjson::SUCCESS) bad(k, "'stop' must be a string or a list of strings");
+        size_t i = 0;
+        for (element e : items) r.stop.push_back(string(e, str_cat("stop[", i++, "]")));
+        if (r.stop.size() > static_cast<size_t>(kMaxStopStrings)) bad(k, str_cat("'stop' takes at most ", kMaxStopStrings, " strings"));
+      }
+      for (const std::string& s : r.stop)
+        if (s.empty()) bad(k, "stop strings must not be empty");
+    } else if (key == "stream") {
+      if (!null) r.stream = boolean(v, k);
+    } else if (key == "stream_options") {
+      if (!null) {
+        object so;
+        if (v.get_object().get(so) != simdjson::SUCCESS) bad(k, "'stream_options' must be an object");
+        element iu;
+        if (so["include_usage"].get(iu) == simdjson::SUCCESS && iu.type() != ET::NULL_VALUE)
+          r.include_usage = boolean(iu, "stream_options.include_usage");
+      }
+    } else if (key == "logprobs") {
+      if (null) continue;
+      if (chat) {
+        r.logprobs = boolean(v, k);
+      } else {
+        r.logprobs = true;  // completions: the number of alternatives
+        r.sampling.top_logprobs = static_cast<int32_t>(integer_in(v, k, 0, 5));
+      }
+    } else if (chat && key == "top_logprobs") {
+      if (!null) r.sampling.top_logprobs = static_cast<int32_t>(integer_in(v, k, 0, 20));
+    } else if (key == "logit_bias") {
+      if (null) continue;
+      object lb;
+      if (v.get_object().get(lb) != simdjson::SUCCESS) bad(k, "'logit_bias' must be an object of token id -> bias");
+      for (auto e : lb) {
+        const std::string id_text(e.key);
+        int64_t id = -1;
+        try {
+          size_t used = 0;
+          id = std::stoll(id_text, &used);
+          if (used != id_text.size()) id = -1;
+        } catch (...) {
+          id = -1;
+        }
+        if (id < 0 || id > INT32_MAX) bad(k, str_cat("'logit_bias' keys must be token ids, got '", id_text, "'"));
+        r.sampling.logit_bias.emplace_back(static_cast<llm::TokenId>(id),
+                                           static_cast<float>(number_in(e.value, str_cat("logit_bias.", id_text), -100, 100)));
+      }
+    } else if (key == "user") {
+      if (!null) r.user = string(v, k);
+    } else if (key == "ignore_eos") {
+      if (!null) r.ignore_eos = boolean(v, k);
+    } else if (key == "echo") {
+      if (!null && boolean(v, k)) bad(k, "'echo' is not supported");
+    } else if (key == "response_format") {
+      if (null) continue;
+      object rf;
+      element type;
+      if (v.get_object().get(rf) != simdjson::SUCCESS || rf["type"].get(type) != simdjson::SUCCESS)
+        bad(k, "'response_format' must be an object with a 'type'");
+      const std::string t = string(type, "response_format.type");
+      if (t != "text") bad(k, str_cat("response_format '", t, "' is not supported yet (only 'text')"));
+    } else if (key == "tools" || key == "functions") {
+      if (!null) bad(k, str_cat("'", k, "' (tool calling) is not supported yet"));
+    }
+    // Anything else is ignored, as OpenAI does.
+  }
+  if (!have_model) bad("model", "'model' is required");
+  if (!have_input) bad(chat ? "messages" : "prompt", chat ? "'messages' is required" : "'prompt' is required");
+  if (!r.logprobs) r.sampling.top_logprobs = 0;
+  return r;
+}
+
+}  // namespace kiln::serving

@@ -1,0 +1,54 @@
+#pragma once
+// OpenAI's request bodies (POST /v1/chat/completions, /v1/completions) -> LlmRequest.
+// Unknown fields are ignored, as OpenAI does; a field of the wrong type or out of its
+// range is a RequestFieldError naming it (the API answers 400 with "param" set). The
+// parser never reads past the body and takes any bytes (it is fuzzed:
+// fuzz/llm_request_fuzzer.cc).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/core/error.h"
+#include "kiln/llm/chat_template.h"
+#include "kiln/llm/sampler.h"
+
+namespace kiln::serving {
+
+class RequestFieldError : public InvalidArgumentError {
+ public:
+  RequestFieldError(std::string param, const std::string& message) : InvalidArgumentError(message), param_(std::move(param)) {}
+  const std::string& param() const { return param_; }
+
+ private:
+  std::string param_;
+};
+
+struct LlmRequest {
+  bool chat = false;
+  std::string model;
+  std::vector<llm::ChatMessage> messages;     // chat
+  std::string prompt;                         // completions, text
+  std::vector<llm::TokenId> prompt_tokens;    // completions, token ids
+  bool prompt_is_tokens = false;
+  std::optional<int64_t> max_tokens;          // max_tokens or max_completion_tokens
+  int n = 1;
+  std::vector<std::string> stop;
+  bool stream = false, include_usage = false;
+  bool logprobs = false;                      // chat: logprobs; completions: logprobs >= 0
+  llm::SamplingParams sampling;               // temperature, top_p, top_k, min_p, penalties, logit_bias, seed, top_logprobs
+  bool seeded = false;                        // seed given (otherwise a random one)
+  bool ignore_eos = false;                    // kiln: generate max_tokens whatever the model says (benchmarks)
+  std::string user;
+};
+
+// Limits the parser enforces.
+constexpr int kMaxChoices = 16;
+constexpr int kMaxStopStrings = 16;
+
+// `chat`: the body of /v1/chat/completions (messages) or /v1/completions (prompt).
+// InvalidArgumentError for a body that is not a JSON object; RequestFieldError for a field.
+LlmRequest parse_llm_request(std::string_view body, bool chat);
+
+}  // namespace kiln::serving
