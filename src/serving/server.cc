@@ -209,7 +209,7 @@ void Server::start() {
              {"rest", im.http ? im.opts.host + ":" + std::to_string(im.http->port()) : "off"},
              {"batching", im.opts.enable_batching ? "on" : "off"},
              {"llm_models", std::to_string(im.opts.llm_models.size())},
-             {"ready", im.manager->ready() ? "true" : "false"}});
+             {"ready", im.manager->ready() || (im.llm && im.manager->model_names().empty()) ? "true" : "false"}});
 }
 
 int Server::grpc_port() const { return impl_->grpc ? impl_->grpc->port() : -1; }

