@@ -259,7 +259,11 @@ class Session : public std::enable_shared_from_this<Session> {
     read();
   }
 
+  // The client is gone or too slow: drop what is queued and the connection. A write in
+  // progress finishes first (its buffer is the queue's front).
   void stream_failed() {
+    stream_closed_.store(true);
+    if (writing_) return;
     out_.clear();
     if (stream_done_) return;
     stream_done_ = true;
