@@ -11,18 +11,21 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/file_io.h"
+#include "kiln/core/json_string.h"
 #include "kiln/core/parallel.h"
 #include "kiln/llm/chat_template.h"
 #include "kiln/llm/generate.h"
 #include "kiln/llm/gguf.h"
 #include "kiln/llm/model.h"
 #include "kiln/llm/perplexity.h"
+#include "kiln/serving/llm_client.h"
 
 namespace kiln::tools {
 
 CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
   auto* c = app.add_subcommand("generate", "Generate text with a GGUF language model, streamed to stdout");
-  c->add_option("-m,--model", a.model, "The GGUF file")->required();
+  c->add_option("-m,--model", a.model, "The GGUF file (with --server: the model's name there; default: its only one)");
+  c->add_option("--server", a.server, "Ask a running kiln serve at http://HOST:PORT instead of loading the model here");
   c->add_option("-p,--prompt", a.prompt, "The prompt (special tokens such as <|im_start|> are parsed)");
   c->add_option("-f,--prompt-file", a.prompt_file, "Read the prompt from this file");
   c->add_option("-n,--max-tokens", a.max_tokens, "Tokens to generate at most")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
@@ -39,10 +42,91 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
   return c;
 }
 
+namespace {
+
+// The request fields a GenerateArgs sets (model, sampling, stop; streamed, with usage).
+std::string server_request_fields(const GenerateArgs& a) {
+  std::string b = "\"model\": " + json_string(a.model) + ", \"max_tokens\": " + std::to_string(a.max_tokens) +
+                  ", \"temperature\": " + std::to_string(a.temperature) + ", \"top_k\": " + std::to_string(a.top_k) +
+                  ", \"top_p\": " + std::to_string(a.top_p > 0 ? a.top_p : 1.0f) + ", \"min_p\": " + std::to_string(a.min_p) +
+                  ", \"repetition_penalty\": " + std::to_string(a.repeat_penalty) + ", \"seed\": " + std::to_string(a.seed) +
+                  ", \"ignore_eos\": " + (a.ignore_eos ? "true" : "false") +
+                  ", \"stream\": true, \"stream_options\": {\"include_usage\": true}, \"stop\": [";
+  for (size_t i = 0; i < a.stop.size(); ++i) b += (i ? ", " : "") + json_string(a.stop[i]);
+  return b + "]";
+}
+
+void print_piece(std::string_view piece) {
+  std::fwrite(piece.data(), 1, piece.size(), stdout);
+  std::fflush(stdout);
+}
+
+int run_generate_on_server(const GenerateArgs& a, const std::string& prompt) {
+  if (a.raw) throw InvalidArgumentError("--raw is for local generation (the server parses special tokens)");
+  std::fputs(prompt.c_str(), stdout);
+  std::fflush(stdout);
+  const serving::LlmClientResult r = serving::llm_stream(
+      a.server, "/v1/completions", "{\"prompt\": " + json_string(prompt) + ", " + server_request_fields(a) + "}", print_piece);
+  std::fprintf(stdout, "\n");
+  std::fprintf(stderr,
+               "kiln generate: server %s | prompt %lld tokens (%lld cached) | generated %lld tokens, first text after %.0f ms, "
+               "%.1f tokens/s | finish: %s\n",
+               a.server.c_str(), static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.cached_tokens),
+               static_cast<long long>(r.completion_tokens), r.first_text_seconds * 1e3,
+               r.completion_tokens > 1 ? (r.completion_tokens - 1) / std::max(r.seconds - r.first_text_seconds, 1e-9) : 0.0,
+               r.finish_reason.c_str());
+  return 0;
+}
+
+int run_chat_on_server(const ChatArgs& a) {
+  const bool interactive = isatty(0) && isatty(1);
+  std::string messages;  // the conversation as JSON objects, comma-separated
+  auto add = [&](const char* role, const std::string& content) {
+    messages += (messages.empty() ? "" : ", ") + std::string("{\"role\": \"") + role + "\", \"content\": " + json_string(content) + "}";
+  };
+  if (!a.system.empty()) add("system", a.system);
+  const std::string start = messages;
+  if (interactive) std::printf("kiln chat: %s (/reset starts over, /exit or Ctrl-D ends)\n", a.gen.server.c_str());
+  std::string line;
+  for (;;) {
+    if (interactive) {
+      std::printf("> ");
+      std::fflush(stdout);
+    }
+    if (!std::getline(std::cin, line) || line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      messages = start;
+      continue;
+    }
+    if (line.empty()) continue;
+    const std::string before = messages;
+    add("user", line);
+    serving::LlmClientResult r;
+    try {
+      r = serving::llm_stream(a.gen.server, "/v1/chat/completions",
+                              "{\"messages\": [" + messages + "], " + server_request_fields(a.gen) + "}", print_piece);
+    } catch (const InvalidArgumentError& e) {  // e.g. the conversation outgrew the context
+      std::fprintf(stderr, "\nkiln chat: %s\n", e.message().c_str());
+      messages = before;
+      continue;
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+    std::fprintf(stderr, "[prompt %lld tokens (%lld cached), reply %lld tokens, %s]\n", static_cast<long long>(r.prompt_tokens),
+                 static_cast<long long>(r.cached_tokens), static_cast<long long>(r.completion_tokens), r.finish_reason.c_str());
+    add("assistant", r.text);
+  }
+  return 0;
+}
+
+}  // namespace
+
 int run_generate(const GenerateArgs& a) {
   if (a.threads > 0) set_num_threads(a.threads);
   if (a.prompt.empty() == a.prompt_file.empty()) throw InvalidArgumentError("give exactly one of --prompt and --prompt-file");
   const std::string prompt = a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file);
+  if (!a.server.empty()) return run_generate_on_server(a, prompt);
+  if (a.model.empty()) throw InvalidArgumentError("give --model (a GGUF file) or --server");
   const auto t0 = std::chrono::steady_clock::now();
   auto model = llm::Model::load(a.model);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -76,7 +160,8 @@ int run_generate(const GenerateArgs& a) {
 
 CLI::App* add_chat_command(CLI::App& app, ChatArgs& a) {
   auto* c = app.add_subcommand("chat", "Chat with a GGUF language model (its chat template; a terminal or a pipe)");
-  c->add_option("-m,--model", a.gen.model, "The GGUF file")->required();
+  c->add_option("-m,--model", a.gen.model, "The GGUF file (with --server: the model's name there; default: its only one)");
+  c->add_option("--server", a.gen.server, "Talk to a running kiln serve at http://HOST:PORT instead of loading the model here");
   c->add_option("--system", a.system, "A system message");
   c->add_option("-n,--max-tokens", a.gen.max_tokens, "Tokens per reply at most")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   c->add_option("-c,--context", a.context, "Positions the conversation may use")->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
@@ -91,6 +176,8 @@ CLI::App* add_chat_command(CLI::App& app, ChatArgs& a) {
 }
 
 int run_chat(const ChatArgs& a) {
+  if (!a.gen.server.empty()) return run_chat_on_server(a);
+  if (a.gen.model.empty()) throw InvalidArgumentError("give --model (a GGUF file) or --server");
   if (a.gen.threads > 0) set_num_threads(a.gen.threads);
   auto model = llm::Model::load(a.gen.model);
   const llm::Tokenizer& tok = model->tokenizer();

@@ -24,6 +24,7 @@ struct GenerateArgs {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   bool raw = false;  // no special-token parsing
+  std::string server;  // http://HOST:PORT of a kiln serve (or OpenAI-compatible) server; then model is its model name
 };
 CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args);
 int run_generate(const GenerateArgs& args);

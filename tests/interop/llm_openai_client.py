@@ -11,6 +11,7 @@ llm_openai_client.py KILN_CLI [GGUF]   (default: SmolLM2-135M-Instruct.Q4_1.gguf
      with Retry-After;
   4. 32 concurrent streaming requests with mixed prompts and parameters: all complete, the greedy
      ones equal their solo answers, and the KV cache's used blocks return to 0 (metrics);
+     `kiln generate --server` and `kiln chat --server` against it;
   5. a client that closes its stream mid-way: its request ends as cancelled and frees its blocks;
   6. SIGTERM while a stream runs: the stream completes, then the server exits 0.
 Prints "llm openai interop ok" at the end; any failure raises.
@@ -150,6 +151,21 @@ def check_basics(s):
     assert "".join(lp.tokens) == r.choices[0].text and lp.text_offset[0] == 0
 
 
+def check_cli_client(kiln, s):
+    """kiln generate / kiln chat --server talk to the running server."""
+    r = subprocess.run([kiln, "generate", "--server", s.base, "-p", "The capital of France is", "-n", "8", "--temperature", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("The capital of France is Paris"), (r.stdout, r.stderr)
+    assert "prompt 5 tokens" in r.stderr and "finish: length" in r.stderr, r.stderr
+    r = subprocess.run([kiln, "chat", "--server", s.base, "--temperature", "0", "-n", "16"], input="What is 2+2?\nAnd 3+3?\n",
+                       capture_output=True, text=True, timeout=120)
+    turns = re.findall(r"\[prompt (\d+) tokens \((\d+) cached\), reply (\d+) tokens", r.stderr)
+    assert r.returncode == 0 and len(turns) == 2, (r.stdout, r.stderr)
+    assert int(turns[1][1]) >= 32, turns  # the second turn found the first in the prefix cache
+    r = subprocess.run([kiln, "generate", "--server", s.base, "-m", "nope", "-p", "hi"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "NotFound" in r.stderr and "'nope' does not exist" in r.stderr, r.stderr
+
+
 def check_errors(s):
     c = s.client()
     try:
@@ -284,6 +300,7 @@ def main():
                "--llm_kv_cache_memory", "128MiB")
     try:
         check_basics(s)
+        check_cli_client(kiln, s)
         check_errors(s)
         check_concurrency(s)
         check_cancel(s)

@@ -47,7 +47,7 @@ struct EngineOptions {
   int64_t kv_cache_bytes = 256 << 20;
   int64_t context_length = 0;     // most positions one sequence may use; 0: the model's, capped by the pool
   int32_t max_running = 16;       // sequences per step
-  int64_t step_tokens = 256;      // token budget of a step (decode tokens + prefill chunks)
+  int64_t step_tokens = 128;      // token budget of a step (decode tokens + prefill chunks)
   int64_t max_waiting = 256;      // queued requests beyond which submit() refuses
   bool prefix_caching = true;
   // Called on the engine thread after each forward: sequences and tokens in the step.

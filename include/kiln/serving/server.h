@@ -45,7 +45,7 @@ struct ServerOptions {
   int64_t llm_context_size = 0;             // positions per sequence; 0: the model's
   std::string llm_kv_cache_memory = "512MiB";  // KV cache pool per model: bytes or a fraction of memory
   int llm_max_running = 16;                 // sequences batched per step
-  int64_t llm_step_tokens = 256;            // tokens per step (decode + prefill chunks)
+  int64_t llm_step_tokens = 128;            // tokens per step (decode + prefill chunks)
   int64_t llm_max_waiting = 256;            // queued requests beyond which the answer is 429
   bool llm_prefix_caching = true;
 };
