@@ -24,11 +24,15 @@ namespace kiln::serving {
 using detail::str_cat;
 using Clock = std::chrono::steady_clock;
 
-LlmModelSpec parse_llm_model_flag(const std::string& flag) {
+LlmModelSpec parse_llm_model_flag(const std::string& flag, const llm::EngineOptions& engine) {
   const size_t eq = flag.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == flag.size())
     throw InvalidArgumentError("--llm_model takes NAME=PATH (a GGUF file), got '" + flag + "'");
-  return {flag.substr(0, eq), flag.substr(eq + 1)};
+  LlmModelSpec s;
+  s.name = flag.substr(0, eq);
+  s.path = flag.substr(eq + 1);
+  s.engine = engine;
+  return s;
 }
 
 int64_t parse_memory_amount(const std::string& text) {
@@ -54,7 +58,55 @@ int64_t parse_memory_amount(const std::string& text) {
   return static_cast<int64_t>(v * scale);
 }
 
+std::vector<LlmModelSpec> llm_models_from_config(const tensorflow::serving::ModelServerConfig& config,
+                                                 const llm::EngineOptions& engine) {
+  std::vector<LlmModelSpec> out;
+  for (const auto& c : config.model_config_list().llm()) {
+    const std::string what = "model config: llm '" + c.name() + "': ";
+    if (c.name().empty() || c.path().empty()) throw InvalidArgumentError(what + "name and path are required");
+    if (c.context_size() < 0 || c.max_running() < 0 || c.step_tokens() < 0 || c.max_waiting() < 0)
+      throw InvalidArgumentError(what + "context_size, max_running, step_tokens and max_waiting must be >= 0");
+    LlmModelSpec s;
+    s.name = c.name();
+    s.path = c.path();
+    s.engine = engine;
+    if (c.context_size()) s.engine.context_length = c.context_size();
+    if (!c.kv_cache_memory().empty()) {
+      try {
+        s.engine.kv_cache_bytes = parse_memory_amount(c.kv_cache_memory());
+      } catch (const InvalidArgumentError& e) {
+        throw InvalidArgumentError(what + e.message());
+      }
+    }
+    if (c.max_running()) s.engine.max_running = c.max_running();
+    if (c.step_tokens()) s.engine.step_tokens = c.step_tokens();
+    if (c.max_waiting()) s.engine.max_waiting = c.max_waiting();
+    if (c.has_prefix_caching()) s.engine.prefix_caching = c.prefix_caching();
+    if (c.has_temperature()) s.temperature = c.temperature();
+    if (c.has_top_p()) s.top_p = c.top_p();
+    if (c.has_top_k()) s.top_k = c.top_k();
+    if (c.has_min_p()) s.min_p = c.min_p();
+    if (c.has_max_tokens()) {
+      if (c.max_tokens() < 1) throw InvalidArgumentError(what + "max_tokens must be >= 1");
+      s.max_tokens = c.max_tokens();
+    }
+    llm::SamplingParams check;
+    check.temperature = s.temperature.value_or(check.temperature);
+    check.top_p = s.top_p.value_or(check.top_p);
+    check.top_k = s.top_k.value_or(check.top_k);
+    check.min_p = s.min_p.value_or(check.min_p);
+    try {
+      check.validate(1);
+    } catch (const InvalidArgumentError& e) {
+      throw InvalidArgumentError(what + e.message());
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 struct LlmService::Entry {
+  LlmModelSpec spec;
   std::string name;
   std::shared_ptr<const llm::Model> model;
   std::unique_ptr<llm::ChatTemplate> tmpl;
@@ -333,7 +385,7 @@ std::string_view path_of(const std::string& target) {
 
 }  // namespace
 
-LlmService::LlmService(const std::vector<LlmModelSpec>& models, const llm::EngineOptions& engine, Metrics& metrics)
+LlmService::LlmService(const std::vector<LlmModelSpec>& models, Metrics& metrics)
     : metrics_(metrics) {
   auto& ttft = metrics.histogram("kiln_llm_time_to_first_token_seconds", "Time from request to first generated token", {"model"},
                                  latency_buckets());
@@ -350,6 +402,7 @@ LlmService::LlmService(const std::vector<LlmModelSpec>& models, const llm::Engin
     for (const auto& e : models_)
       if (e->name == spec.name) throw InvalidArgumentError("--llm_model: the name '" + spec.name + "' is given twice");
     auto e = std::make_shared<Entry>();
+    e->spec = spec;
     e->name = spec.name;
     try {
       e->model = llm::Model::load(spec.path);
@@ -369,7 +422,7 @@ LlmService::LlmService(const std::vector<LlmModelSpec>& models, const llm::Engin
     e->prompt_tokens = &prompt.at({spec.name});
     e->generated_tokens = &gen.at({spec.name});
     e->requests = &requests;
-    llm::EngineOptions eo = engine;
+    llm::EngineOptions eo = spec.engine;
     Histogram* bh = e->batch;
     eo.on_step = [bh](int64_t seqs, int64_t) { bh->observe(static_cast<double>(seqs)); };
     e->engine = std::make_unique<llm::Engine>(e->model, eo);
@@ -526,6 +579,12 @@ bool LlmService::handle(HttpRequest& http, Responder& respond) {
       return unknown_model(err), true;
     }
     Entry& e = *call->entry;
+    LlmRequest& rq = call->req;
+    if (!rq.temperature_given && e.spec.temperature) rq.sampling.temperature = *e.spec.temperature;
+    if (!rq.top_p_given && e.spec.top_p) rq.sampling.top_p = *e.spec.top_p;
+    if (!rq.top_k_given && e.spec.top_k) rq.sampling.top_k = *e.spec.top_k;
+    if (!rq.min_p_given && e.spec.min_p) rq.sampling.min_p = *e.spec.min_p;
+    if (!rq.max_tokens && e.spec.max_tokens) rq.max_tokens = *e.spec.max_tokens;
     const llm::Tokenizer& tok = e.model->tokenizer();
     std::vector<llm::TokenId> prompt;
     if (chat) {

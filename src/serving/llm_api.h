@@ -10,22 +10,33 @@
 // (context_length_exceeded), malformed JSON or a bad field 400 naming it, a full queue
 // 429 with Retry-After, a request deadline (X-Request-Timeout-Ms) 504.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "http_server.h"
 #include "kiln/llm/engine.h"
 #include "kiln/serving/metrics.h"
+#include "tensorflow_serving/config/model_server_config.pb.h"
 
 namespace kiln::serving {
 
 struct LlmModelSpec {
   std::string name;
   std::string path;  // a GGUF file
+  llm::EngineOptions engine;
+  // Sampling defaults for requests that leave the field out (the model config file's).
+  std::optional<float> temperature, top_p, min_p;
+  std::optional<int32_t> top_k;
+  std::optional<int64_t> max_tokens;
 };
 
-// "NAME=PATH" (--llm_model); InvalidArgumentError otherwise.
-LlmModelSpec parse_llm_model_flag(const std::string& flag);
+// "NAME=PATH" (--llm_model) with the flags' engine options; InvalidArgumentError otherwise.
+LlmModelSpec parse_llm_model_flag(const std::string& flag, const llm::EngineOptions& engine);
+// The `llm` entries of a model config file (kiln's extension of ModelConfigList); unset
+// fields take `engine` (the flags). InvalidArgumentError naming the entry.
+std::vector<LlmModelSpec> llm_models_from_config(const tensorflow::serving::ModelServerConfig& config,
+                                                 const llm::EngineOptions& engine);
 // --llm_kv_cache_memory: bytes ("268435456", "256MiB", "2GB") or a fraction of this
 // machine's memory ("0.25"). InvalidArgumentError otherwise.
 int64_t parse_memory_amount(const std::string& text);
@@ -33,7 +44,7 @@ int64_t parse_memory_amount(const std::string& text);
 class LlmService {
  public:
   // Loads every model and starts its engine; errors name the model and file.
-  LlmService(const std::vector<LlmModelSpec>& models, const llm::EngineOptions& engine, Metrics& metrics);
+  LlmService(const std::vector<LlmModelSpec>& models, Metrics& metrics);
   ~LlmService();  // stops the engines: requests still running finish as cancelled
 
   // Answers the request when its path is one of the LLM routes; false otherwise.

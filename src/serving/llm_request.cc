@@ -150,16 +150,17 @@ LlmRequest parse_llm_request(std::string_view body, bool chat) {
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
       if (!null) r.max_tokens = integer_in(v, k, 1, INT32_MAX);
     } else if (key == "temperature") {
-      if (!null) r.sampling.temperature = static_cast<float>(number_in(v, k, 0, 2));
+      if (!null) r.sampling.temperature = static_cast<float>(number_in(v, k, 0, 2)), r.temperature_given = true;
     } else if (key == "top_p") {
       if (!null) {
+        r.top_p_given = true;
         r.sampling.top_p = static_cast<float>(number_in(v, k, 0, 1));
         if (r.sampling.top_p == 0) r.sampling.top_p = 1e-6f;  // OpenAI accepts 0: the most likely token
       }
     } else if (key == "top_k") {
-      if (!null) r.sampling.top_k = static_cast<int32_t>(integer_in(v, k, 0, INT32_MAX));
+      if (!null) r.sampling.top_k = static_cast<int32_t>(integer_in(v, k, 0, INT32_MAX)), r.top_k_given = true;
     } else if (key == "min_p") {
-      if (!null) r.sampling.min_p = static_cast<float>(number_in(v, k, 0, 1));
+      if (!null) r.sampling.min_p = static_cast<float>(number_in(v, k, 0, 1)), r.min_p_given = true;
     } else if (key == "presence_penalty") {
       if (!null) r.sampling.presence_penalty = static_cast<float>(number_in(v, k, -2, 2));
     } else if (key == "frequency_penalty") {

