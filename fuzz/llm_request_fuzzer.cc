@@ -21,9 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& s : r.stop)
       if (s.empty()) std::abort();
     if (chat && r.messages.empty()) std::abort();
-    if (!chat && r.prompt.empty() && r.prompt_tokens.empty() && !r.prompt_is_tokens) {
-      // "prompt": "" is a (degenerate) text prompt: allowed; the API rejects it as empty.
-    }
+    if (r.prompt_is_tokens && !r.prompt.empty()) std::abort();
     if (r.max_tokens && *r.max_tokens < 1) std::abort();
     if (r.sampling.top_p <= 0 || r.sampling.top_p > 1 || r.sampling.temperature < 0) std::abort();
   } catch (const InvalidArgumentError&) {

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <charconv>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -317,6 +318,34 @@ class Session : public std::enable_shared_from_this<Session> {
   std::atomic<bool> stream_closed_{false};
   std::atomic<int64_t> stream_backlog_{0};
 };
+
+std::string_view query_param(std::string_view query, std::string_view key) {
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    auto kv = query.substr(0, amp);
+    auto eq = kv.find('=');
+    if (kv.substr(0, eq) == key) return eq == std::string_view::npos ? std::string_view{} : kv.substr(eq + 1);
+    if (amp == std::string_view::npos) break;
+    query = query.substr(amp + 1);
+  }
+  return {};
+}
+
+std::chrono::steady_clock::time_point request_deadline(const HttpRequest& req, std::chrono::steady_clock::time_point start) {
+  const std::string_view target = req.target;
+  const size_t q = target.find('?');
+  const std::string_view tms = !req.timeout_header.empty() ? std::string_view(req.timeout_header)
+                               : q == std::string_view::npos ? std::string_view{}
+                                                             : query_param(target.substr(q + 1), "timeout_ms");
+  if (tms.empty()) return std::chrono::steady_clock::time_point::max();
+  int64_t ms = 0;
+  const auto r = std::from_chars(tms.data(), tms.data() + tms.size(), ms);
+  if (r.ec != std::errc() || r.ptr != tms.data() + tms.size() || ms <= 0)
+    throw InvalidArgumentError("the request timeout must be a positive number of milliseconds, got '" + std::string(tms) + "'");
+  // Beyond a day is no deadline (and keeps the nanosecond arithmetic from overflowing).
+  if (ms > 86'400'000) return std::chrono::steady_clock::time_point::max();
+  return start + std::chrono::milliseconds(ms);
+}
 
 void HttpServer::Impl::accept() {
   acceptor->async_accept(net::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {

@@ -51,6 +51,13 @@ struct HttpResponse {
 };
 
 using Responder = std::function<void(HttpResponse)>;
+
+// The value of `key` in a query string ("a=1&b=2"); empty when absent.
+std::string_view query_param(std::string_view query, std::string_view key);
+// A request's deadline: header X-Request-Timeout-Ms, else query parameter timeout_ms,
+// counted from `start`; none (time_point::max()) when neither is given or it is beyond a
+// day. InvalidArgumentError when the value is not a positive number of milliseconds.
+std::chrono::steady_clock::time_point request_deadline(const HttpRequest& req, std::chrono::steady_clock::time_point start);
 using HttpHandler = std::function<void(HttpRequest&&, Responder)>;
 
 struct HttpOptions {

@@ -385,8 +385,7 @@ std::string_view path_of(const std::string& target) {
 
 }  // namespace
 
-LlmService::LlmService(const std::vector<LlmModelSpec>& models, Metrics& metrics)
-    : metrics_(metrics) {
+LlmService::LlmService(const std::vector<LlmModelSpec>& models, Metrics& metrics) {
   auto& ttft = metrics.histogram("kiln_llm_time_to_first_token_seconds", "Time from request to first generated token", {"model"},
                                  latency_buckets());
   auto& itl = metrics.histogram("kiln_llm_inter_token_latency_seconds", "Time between consecutive tokens of a request", {"model"},
@@ -606,13 +605,7 @@ bool LlmService::handle(HttpRequest& http, Responder& respond) {
                                           std::max<int64_t>(max_tokens, 1), " to generate. Shorten the prompt or lower max_tokens."),
                                   chat ? "messages" : "prompt", "context_length_exceeded")),
              true;
-    auto deadline = Clock::time_point::max();
-    if (!http.timeout_header.empty()) {
-      int64_t ms = 0;
-      auto r = std::from_chars(http.timeout_header.data(), http.timeout_header.data() + http.timeout_header.size(), ms);
-      if (r.ec != std::errc() || ms <= 0) throw RequestFieldError("X-Request-Timeout-Ms", "X-Request-Timeout-Ms must be a positive integer");
-      if (ms <= 86'400'000) deadline = call->start + std::chrono::milliseconds(ms);
-    }
+    const auto deadline = request_deadline(http, call->start);
     call->id = new_id(chat ? "chatcmpl" : "cmpl");
     call->created = unix_time();
     call->cancelled = http.cancelled ? http.cancelled : std::make_shared<std::atomic<bool>>(false);

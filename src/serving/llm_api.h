@@ -55,7 +55,6 @@ class LlmService {
 
  private:
   std::vector<std::shared_ptr<Entry>> models_;
-  Metrics& metrics_;
 };
 
 }  // namespace kiln::serving

@@ -103,6 +103,7 @@ LlmRequest parse_llm_request(std::string_view body, bool chat) {
       r.model = string(v, k);
       have_model = true;
     } else if (chat && key == "messages") {
+      r.messages.clear();  // a key given twice: the last one counts, as in most JSON readers
       array msgs;
       if (v.get_array().get(msgs) != simdjson::SUCCESS) bad(k, "'messages' must be a list of messages");
       size_t i = 0;
@@ -120,6 +121,9 @@ LlmRequest parse_llm_request(std::string_view body, bool chat) {
       if (r.messages.empty()) bad(k, "'messages' must not be empty");
       have_input = true;
     } else if (!chat && key == "prompt") {
+      r.prompt.clear();
+      r.prompt_tokens.clear();
+      r.prompt_is_tokens = false;
       if (v.type() == ET::STRING) {
         r.prompt = string(v, k);
       } else {
@@ -150,7 +154,10 @@ LlmRequest parse_llm_request(std::string_view body, bool chat) {
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
       if (!null) r.max_tokens = integer_in(v, k, 1, INT32_MAX);
     } else if (key == "temperature") {
-      if (!null) r.sampling.temperature = static_cast<float>(number_in(v, k, 0, 2)), r.temperature_given = true;
+      if (!null) {
+        r.sampling.temperature = static_cast<float>(number_in(v, k, 0, 2));
+        r.temperature_given = true;
+      }
     } else if (key == "top_p") {
       if (!null) {
         r.top_p_given = true;
@@ -158,9 +165,15 @@ LlmRequest parse_llm_request(std::string_view body, bool chat) {
         if (r.sampling.top_p == 0) r.sampling.top_p = 1e-6f;  // OpenAI accepts 0: the most likely token
       }
     } else if (key == "top_k") {
-      if (!null) r.sampling.top_k = static_cast<int32_t>(integer_in(v, k, 0, INT32_MAX)), r.top_k_given = true;
+      if (!null) {
+        r.sampling.top_k = static_cast<int32_t>(integer_in(v, k, 0, INT32_MAX));
+        r.top_k_given = true;
+      }
     } else if (key == "min_p") {
-      if (!null) r.sampling.min_p = static_cast<float>(number_in(v, k, 0, 1)), r.min_p_given = true;
+      if (!null) {
+        r.sampling.min_p = static_cast<float>(number_in(v, k, 0, 1));
+        r.min_p_given = true;
+      }
     } else if (key == "presence_penalty") {
       if (!null) r.sampling.presence_penalty = static_cast<float>(number_in(v, k, -2, 2));
     } else if (key == "frequency_penalty") {
@@ -175,6 +188,7 @@ LlmRequest parse_llm_request(std::string_view body, bool chat) {
         r.seeded = true;
       }
     } else if (key == "stop") {
+      r.stop.clear();
       if (v.type() == ET::STRING) {
         r.stop.push_back(string(v, k));
       } else if (!null) {
@@ -207,6 +221,7 @@ LlmRequest parse_llm_request(std::string_view body, bool chat) {
     } else if (chat && key == "top_logprobs") {
       if (!null) r.sampling.top_logprobs = static_cast<int32_t>(integer_in(v, k, 0, 20));
     } else if (key == "logit_bias") {
+      r.sampling.logit_bias.clear();
       if (null) continue;
       object lb;
       if (v.get_object().get(lb) != simdjson::SUCCESS) bad(k, "'logit_bias' must be an object of token id -> bias");

@@ -83,18 +83,6 @@ std::optional<Route> parse_route(std::string_view path) {
   return r;
 }
 
-std::string_view query_param(std::string_view query, std::string_view key) {
-  while (!query.empty()) {
-    auto amp = query.find('&');
-    auto kv = query.substr(0, amp);
-    auto eq = kv.find('=');
-    if (kv.substr(0, eq) == key) return eq == std::string_view::npos ? std::string_view{} : kv.substr(eq + 1);
-    if (amp == std::string_view::npos) break;
-    query = query.substr(amp + 1);
-  }
-  return {};
-}
-
 HttpResponse json_error(Code code, std::string_view message) {
   return HttpResponse{http_status(code), "application/json", json::encode_error(message)};
 }
@@ -108,7 +96,6 @@ class RestApi {
     std::string_view target = req.target;
     auto q = target.find('?');
     std::string_view path = target.substr(0, q);
-    std::string_view query = q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
 
     if (path == "/healthz") return respond({200, "application/json", "{\"status\": \"alive\"}"});
     if (path == "/readyz") {
@@ -137,16 +124,11 @@ class RestApi {
                       json::encode_error("Malformed request: " + req.method + " " + std::string(path))});
     Route& r = *route;
 
-    // Deadline: header X-Request-Timeout-Ms or ?timeout_ms=.
-    Clock::time_point deadline = Clock::time_point::max();
-    std::string_view tms = req.timeout_header.empty() ? query_param(query, "timeout_ms") : req.timeout_header;
-    if (!tms.empty()) {
-      auto ms = parse_int(tms);
-      if (!ms || *ms <= 0)
-        return respond(json_error(Code::kInvalidArgument, "the request timeout must be a positive number of "
-                                                          "milliseconds, got '" + std::string(tms) + "'"));
-      // Beyond a day is no deadline (and keeps the nanosecond arithmetic from overflowing).
-      if (*ms <= 86'400'000) deadline = start + std::chrono::milliseconds(*ms);
+    Clock::time_point deadline;
+    try {
+      deadline = request_deadline(req, start);
+    } catch (const InvalidArgumentError& e) {
+      return respond(json_error(Code::kInvalidArgument, e.message()));
     }
 
     if (req.method == "GET") {
