@@ -3,7 +3,8 @@
 // count; load time and resident memory after load; batched decode (the serving
 // engine's case: N sequences decoding together, aggregate tokens/s); the memory-
 // bandwidth floor of one decode step. bench/llm_compare.sh runs llama-bench beside it.
-//   bench_llm MODEL [--threads 1,2] [--reps 3] [--batch 1,2,4,8,16,32]
+//   bench_llm MODEL [--threads 1,2] [--reps 3] [--batch 1,2,4,8,16,32] [--repack 1|0]
+// (--repack 0: the row kernels over the file's blocks, for comparison).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -103,19 +104,21 @@ double bandwidth() {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_llm MODEL [--threads 1,2] [--reps 3] [--batch 1,2,4,8,16,32]\n");
+    std::fprintf(stderr, "usage: bench_llm MODEL [--threads 1,2] [--reps 3] [--batch 1,2,4,8,16,32] [--repack 1|0]\n");
     return 2;
   }
   std::vector<int> threads{1, 2}, batches;
   int reps = 3;
+  ModelLoadOptions load_options;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = ints(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--batch")) batches = ints(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--repack")) load_options.repack = std::stoi(argv[i + 1]) != 0;
   }
   const long rss0 = rss_kib();
   const auto t0 = Clock::now();
-  auto model = Model::load(argv[1]);
+  auto model = Model::load(argv[1], load_options);
   const double load_ms = since(t0) * 1e3;
   const long rss1 = rss_kib();
   // First token: a one-token prompt's logits right after load.
@@ -129,7 +132,8 @@ int main(int argc, char** argv) {
     std::printf("load %.0f ms, first token after %.0f ms; RSS %.1f MB after load (+%.1f MB), file %.1f MB\n", load_ms,
                 load_ms + since(t1) * 1e3, rss1 / 1024.0, (rss1 - rss0) / 1024.0, model->file().file_size() / 1e6);
   }
-  std::printf("kernels: %s (CPU: %s)\n", kernels::kernel_isa(), cpu_isa_name(detected_cpu_isa()));
+  std::printf("kernels: %s, %s (CPU: %s)\n", kernels::kernel_isa(), load_options.repack ? "packed groups" : "rows",
+              cpu_isa_name(detected_cpu_isa()));
   for (int t : threads) {
     set_num_threads(t);
     std::vector<double> pp, tg;

@@ -3,6 +3,8 @@
 
 #include <immintrin.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +14,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
 #include "kiln/llm/gguf.h"
+#include "backends/cpu/vecmath.h"  // libmvec declarations: vector expf in omp simd loops
 #include "llm/quant_kernels.h"
 
 namespace kiln::llm {
@@ -28,6 +31,7 @@ struct Model::Weights {
   QMatrix embedding, output;
   std::vector<float> output_norm;
   std::vector<Layer> layers;
+  std::vector<std::unique_ptr<kernels::PackedMatrix>> packed;  // what the matrices' `packed` point to
 };
 
 namespace {
@@ -84,65 +88,170 @@ struct Input {
 };
 
 // y_i (n x w_i.rows) = in (n x cols) times w_i^T for matrices that read the same input
-// (q, k, v; gate, up): one parallel region over all their rows.
+// (q, k, v; gate, up): one parallel region over all their rows, in units of 16 rows (a
+// packed group), so that a row's result never depends on how the work was split.
 void matmul(std::initializer_list<std::pair<const QMatrix*, float*>> outs, const Input& in) {
+  constexpr int64_t U = kernels::kGroupRows;
   int64_t total = 0;
-  for (const auto& [w, y] : outs) total += w->rows;
-  const int64_t grain = std::max<int64_t>(4, 128 / std::max<int64_t>(1, in.n));  // >= ~128 row-tokens a chunk
-  parallel_for(total, grain, [&](int64_t r0, int64_t r1) {
+  for (const auto& [w, y] : outs) total += (w->rows + U - 1) / U;
+  const int64_t grain = std::max<int64_t>(1, 128 / (U * std::max<int64_t>(1, in.n)));  // >= ~128 row-tokens a chunk
+  parallel_for(total, grain, [&](int64_t u0, int64_t u1) {
     int64_t base = 0;
     for (const auto& [w, y] : outs) {
-      const int64_t b = std::max(r0, base), e = std::min(r1, base + w->rows);
-      if (b < e) kernels::matmul_rows(*w, in.quantized(), in.x, in.n, y, w->rows, b - base, e - base);
-      base += w->rows;
+      const int64_t units = (w->rows + U - 1) / U;
+      const int64_t b = std::max(u0, base) - base, e = std::min(u1, base + units) - base;
+      base += units;
+      if (b >= e) continue;
+      if (w->packed != nullptr && in.quantized() != nullptr)
+        kernels::matmul_groups(*w->packed, in.quantized(), in.n, y, w->rows, b, e);
+      else
+        kernels::matmul_rows(*w, in.quantized(), in.x, in.n, y, w->rows, b * U, std::min(w->rows, e * U));
     }
   });
 }
 
-// Rotary embedding of one head vector in place, as ggml's rope (normal: adjacent pairs;
-// neox: halves), angles built by repeated multiplication like ggml's cache.
-void rope(float* v, int64_t n_rot, int64_t pos, const ModelConfig& c) {
-  const float theta_scale = std::pow(c.rope_base, -2.0f / static_cast<float>(n_rot));
+// Gives the file's pages under [p, p + n) back to the OS (they are read again if touched).
+void release_pages(const uint8_t* p, size_t n) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (b < e) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
+// Rotary embedding angles of one position, as ggml's rope computes them (theta built by
+// repeated multiplication, like ggml's cache): cos and sin of n_rot / 2 angles.
+void rope_angles(int64_t pos, const ModelConfig& c, float* cs, float* sn) {
+  const float theta_scale = std::pow(c.rope_base, -2.0f / static_cast<float>(c.n_rot));
   float theta = static_cast<float>(pos);
-  for (int64_t i = 0; i < n_rot / 2; ++i) {
+  for (int64_t i = 0; i < c.n_rot / 2; ++i) {
     const float angle = theta * c.rope_freq_scale;
-    const float cs = std::cos(angle), sn = std::sin(angle);
-    const int64_t a = c.rope_neox ? i : 2 * i;
-    const int64_t b = c.rope_neox ? i + n_rot / 2 : 2 * i + 1;
-    const float x0 = v[a], x1 = v[b];
-    v[a] = x0 * cs - x1 * sn;
-    v[b] = x0 * sn + x1 * cs;
+    cs[i] = std::cos(angle);
+    sn[i] = std::sin(angle);
     theta *= theta_scale;
   }
 }
 
-inline float dot_f16(const float* q, const half* k, int64_t n) {
+// Rotates one head vector in place (normal: adjacent pairs; neox: halves).
+void rope(float* v, const float* cs, const float* sn, const ModelConfig& c) {
+  for (int64_t i = 0; i < c.n_rot / 2; ++i) {
+    const int64_t a = c.rope_neox ? i : 2 * i;
+    const int64_t b = c.rope_neox ? i + c.n_rot / 2 : 2 * i + 1;
+    const float x0 = v[a], x1 = v[b];
+    v[a] = x0 * cs[i] - x1 * sn[i];
+    v[b] = x0 * sn[i] + x1 * cs[i];
+  }
+}
+
+inline float dot(const float* q, const float* k, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + i))), acc);
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), acc);
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   float r = _mm_cvtss_f32(s);
-  for (; i < n; ++i) r += q[i] * half::to_float(k[i].bits);
+  for (; i < n; ++i) r += q[i] * k[i];
   return r;
 }
 
-inline void axpy_f16(float a, const half* v, float* out, int64_t n) {
+inline void axpy(float a, const float* v, float* out, int64_t n) {
   const __m256 va = _mm256_set1_ps(a);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i))),
-                                              _mm256_loadu_ps(out + i)));
-  for (; i < n; ++i) out[i] += a * half::to_float(v[i].bits);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(v + i), _mm256_loadu_ps(out + i)));
+  for (; i < n; ++i) out[i] += a * v[i];
+}
+
+// x[i] = exp(x[i] - mx); returns the sum (libmvec's vector exp).
+float exp_shifted(float* x, int64_t n, float mx) {
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = expf(x[i] - mx);
+    sum += x[i];
+  }
+  return sum;
 }
 
 }  // namespace
 
+// Causal attention of the batch's queries over their sequences' cached keys and values.
+// Work is split into jobs of (up to 8 consecutive tokens of one sequence, one KV head):
+// the job's queries (tokens x the query heads sharing that KV head) read each cached
+// block once, decoded to f32 once. Every query row runs the same operations whatever
+// else is in its job, so results do not depend on the batch.
+void Model::attention(std::span<const BatchToken> batch, const float* q, float* att, const KvCache& cache, int64_t l) const {
+  const ModelConfig& c = config_;
+  const int64_t T = static_cast<int64_t>(batch.size()), hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.kv_dim();
+  const int64_t group = c.n_head / c.n_head_kv, bs = cache.block_tokens();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  constexpr int64_t kTileTokens = 8;
+  struct Tile {
+    int64_t t0, m;  // batch tokens [t0, t0 + m): one sequence, consecutive positions
+  };
+  std::vector<Tile> tiles;
+  int64_t positions = 0;
+  for (int64_t t = 0; t < T;) {
+    int64_t e = t + 1;
+    while (e < T && e - t < kTileTokens && batch[e].seq == batch[t].seq) ++e;
+    tiles.push_back({t, e - t});
+    positions += batch[e - 1].pos + 1;
+    t = e;
+  }
+  const int64_t jobs = static_cast<int64_t>(tiles.size()) * c.n_head_kv, stripes = std::min<int64_t>(jobs, 64);
+  // Dealt round-robin to stripes (a prompt's later tiles attend to more positions); on the
+  // calling thread when too small to pay for waking the pool (a short decode step).
+  const int64_t grain = positions * c.n_head < 2048 ? stripes : 1;
+  parallel_for(stripes, grain, [&](int64_t sb, int64_t se) {
+    std::vector<float> scores, kv(static_cast<size_t>(bs * hd));
+    for (int64_t stripe = sb; stripe < se; ++stripe)
+      for (int64_t job = stripe; job < jobs; job += stripes) {
+        const Tile& tile = tiles[static_cast<size_t>(job / c.n_head_kv)];
+        const int64_t kvh = job % c.n_head_kv, rows = tile.m * group;
+        const BatchToken& last = batch[tile.t0 + tile.m - 1];
+        const int64_t n_max = last.pos + 1;
+        const std::vector<int32_t>& blocks = cache.blocks(last.seq);
+        scores.resize(static_cast<size_t>(rows * n_max));
+        // Row r: token t0 + r / group, query head kvh * group + r % group.
+        auto row_q = [&](int64_t r) { return q + (tile.t0 + r / group) * q_dim + (kvh * group + r % group) * hd; };
+        auto row_n = [&](int64_t r) { return batch[tile.t0 + r / group].pos + 1; };
+        for (int64_t p0 = 0; p0 < n_max; p0 += bs) {
+          const int64_t m = std::min(bs, n_max - p0);
+          const half* kb = cache.block_keys(blocks[static_cast<size_t>(p0 / bs)], l) + kvh * hd;
+          for (int64_t j = 0; j < m; ++j) convert_half_to_float(kb + j * kv_dim, kv.data() + j * hd, static_cast<size_t>(hd));
+          for (int64_t r = 0; r < rows; ++r) {
+            const float* qr = row_q(r);
+            float* sr = scores.data() + r * n_max + p0;
+            const int64_t mr = std::min(m, row_n(r) - p0);
+            for (int64_t j = 0; j < mr; ++j) sr[j] = dot(qr, kv.data() + j * hd, hd) * scale;
+          }
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          float* sr = scores.data() + r * n_max;
+          const int64_t n = row_n(r);
+          const float mx = *std::max_element(sr, sr + n);
+          const float inv = 1.0f / exp_shifted(sr, n, mx);
+          for (int64_t p = 0; p < n; ++p) sr[p] *= inv;
+          float* out = att + (tile.t0 + r / group) * q_dim + (kvh * group + r % group) * hd;
+          std::fill(out, out + hd, 0.0f);
+        }
+        for (int64_t p0 = 0; p0 < n_max; p0 += bs) {
+          const int64_t m = std::min(bs, n_max - p0);
+          const half* vb = cache.block_values(blocks[static_cast<size_t>(p0 / bs)], l) + kvh * hd;
+          for (int64_t j = 0; j < m; ++j) convert_half_to_float(vb + j * kv_dim, kv.data() + j * hd, static_cast<size_t>(hd));
+          for (int64_t r = 0; r < rows; ++r) {
+            const float* sr = scores.data() + r * n_max + p0;
+            float* out = att + (tile.t0 + r / group) * q_dim + (kvh * group + r % group) * hd;
+            const int64_t mr = std::min(m, row_n(r) - p0);
+            for (int64_t j = 0; j < mr; ++j) axpy(sr[j], kv.data() + j * hd, out, hd);
+          }
+        }
+      }
+  });
+}
+
 Model::~Model() = default;
 
-std::shared_ptr<const Model> Model::load(const std::string& path) {
+std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoadOptions& options) {
   std::shared_ptr<Model> m(new Model());
   m->file_ = GgufFile::open(path);
   const GgufFile& f = *m->file_;
@@ -201,12 +310,25 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
     }
     w->layers.push_back(std::move(L));
   }
+  if (options.repack) {
+    // The file's pages of a packed matrix are released; a tied head's embedding rows are
+    // read again (page by page) only for the tokens looked up.
+    auto pack = [&](QMatrix& q) {
+      if (!kernels::packable(q.type) || q.cols % 32 != 0) return;
+      w->packed.push_back(std::make_unique<kernels::PackedMatrix>(q));
+      q.packed = w->packed.back().get();
+      release_pages(q.data, static_cast<size_t>(q.rows) * q.row_bytes);
+    };
+    for (Weights::Layer& L : w->layers)
+      for (QMatrix* q : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) pack(*q);
+    pack(w->output);
+  }
   m->weights_ = std::move(w);
   return m;
 }
 
 size_t Model::weight_bytes() const {
-  auto bytes = [](const QMatrix& q) { return static_cast<size_t>(q.rows) * q.row_bytes; };
+  auto bytes = [](const QMatrix& q) { return q.packed ? q.packed->bytes() : static_cast<size_t>(q.rows) * q.row_bytes; };
   size_t n = bytes(weights_->output);
   for (const auto& L : weights_->layers)
     n += bytes(L.wq) + bytes(L.wk) + bytes(L.wv) + bytes(L.wo) + bytes(L.gate) + bytes(L.up) + bytes(L.down);
@@ -255,8 +377,9 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
   for (int64_t t = 0; t < T; ++t)
     dequantize_row(W.embedding.type, W.embedding.data + batch[t].token * W.embedding.row_bytes, x.data() + t * d, d);
 
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t group = c.n_head / c.n_head_kv;
+  const int64_t half_rot = c.n_rot / 2;  // angles per token, shared by every head and layer
+  std::vector<float> rope_cos(static_cast<size_t>(T * half_rot)), rope_sin(rope_cos.size());
+  for (int64_t t = 0; t < T; ++t) rope_angles(batch[t].pos, c, rope_cos.data() + t * half_rot, rope_sin.data() + t * half_rot);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const Weights::Layer& L = W.layers[l];
     for (int64_t t = 0; t < T; ++t) rms_norm(x.data() + t * d, L.attn_norm.data(), h.data() + t * d, d, c.rms_eps);
@@ -272,52 +395,14 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
         for (int64_t i = 0; i < q_dim; ++i) qt[i] += L.bq[i];
         for (int64_t i = 0; i < kv_dim; ++i) kt[i] += L.bk[i], vt[i] += L.bv[i];
       }
-      for (int64_t hh = 0; hh < c.n_head; ++hh) rope(qt + hh * hd, c.n_rot, batch[t].pos, c);
-      for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(kt + hh * hd, c.n_rot, batch[t].pos, c);
+      const float* cs = rope_cos.data() + t * half_rot;
+      const float* sn = rope_sin.data() + t * half_rot;
+      for (int64_t hh = 0; hh < c.n_head; ++hh) rope(qt + hh * hd, cs, sn, c);
+      for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(kt + hh * hd, cs, sn, c);
       convert_float_to_half(kt, cache.key(batch[t].seq, l, batch[t].pos), static_cast<size_t>(kv_dim));
       convert_float_to_half(vt, cache.value(batch[t].seq, l, batch[t].pos), static_cast<size_t>(kv_dim));
     }
-    // Attention: each (token, head) over its sequence's positions 0..pos; on the calling
-    // thread when the work is too small to pay for waking the pool (a short decode step).
-    int64_t positions = 0;
-    for (const BatchToken& bt : batch) positions += bt.pos + 1;
-    // Jobs are dealt round-robin to stripes: a prompt's later tokens attend to more
-    // positions, and contiguous ranges would leave one thread the expensive half.
-    const int64_t jobs = T * c.n_head, stripes = std::min<int64_t>(jobs, 64);
-    const int64_t attn_grain = positions * c.n_head < 2048 ? stripes : 1;
-    parallel_for(stripes, attn_grain, [&](int64_t sb, int64_t se) {
-      std::vector<float> scores;
-      for (int64_t stripe = sb; stripe < se; ++stripe)
-      for (int64_t job = stripe; job < jobs; job += stripes) {
-        const int64_t t = job / c.n_head, hh = job % c.n_head, kvh = hh / group;
-        const BatchToken& bt = batch[t];
-        const float* qh = q.data() + t * q_dim + hh * hd;
-        float* out = att.data() + t * q_dim + hh * hd;
-        const std::vector<int32_t>& blocks = cache.blocks(bt.seq);
-        const int64_t n = bt.pos + 1, bs = cache.block_tokens();
-        scores.resize(static_cast<size_t>(n));
-        float mx = -INFINITY;
-        // Walk the block table: within a block, positions are kv_dim apart.
-        for (int64_t p0 = 0; p0 < n; p0 += bs) {
-          const half* kb = cache.block_keys(blocks[p0 / bs], l) + kvh * hd;
-          const int64_t m = std::min(bs, n - p0);
-          for (int64_t j = 0; j < m; ++j) {
-            const float sc = dot_f16(qh, kb + j * kv_dim, hd) * scale;
-            scores[p0 + j] = sc;
-            mx = std::max(mx, sc);
-          }
-        }
-        float sum = 0;
-        for (int64_t p = 0; p < n; ++p) sum += (scores[p] = std::exp(scores[p] - mx));
-        const float inv = 1.0f / sum;
-        std::fill(out, out + hd, 0.0f);
-        for (int64_t p0 = 0; p0 < n; p0 += bs) {
-          const half* vb = cache.block_values(blocks[p0 / bs], l) + kvh * hd;
-          const int64_t m = std::min(bs, n - p0);
-          for (int64_t j = 0; j < m; ++j) axpy_f16(scores[p0 + j] * inv, vb + j * kv_dim, out, hd);
-        }
-      }
-    });
+    attention(batch, q.data(), att.data(), cache, l);
     {
       const Input in(att.data(), T, q_dim);
       matmul({{&L.wo, proj.data()}}, in);
@@ -328,7 +413,12 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
       const Input in(h.data(), T, d);
       matmul({{&L.gate, g.data()}, {&L.up, u.data()}}, in);
     }
-    for (int64_t i = 0; i < T * c.n_ff; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    for (int64_t t = 0; t < T; ++t) {  // SwiGLU, row by row (libmvec's vector exp)
+      float* gt = g.data() + t * c.n_ff;
+      const float* ut = u.data() + t * c.n_ff;
+#pragma omp simd
+      for (int64_t i = 0; i < c.n_ff; ++i) gt[i] = gt[i] / (1.0f + expf(-gt[i])) * ut[i];
+    }
     {
       const Input in(g.data(), T, c.n_ff);
       matmul({{&L.down, proj.data()}}, in);

@@ -1,5 +1,6 @@
-// Quantised row kernels: AVX2 (baseline) and AVX-512 VNNI (runtime-selected) integer
-// dot products for q4_0, q4_1, q5_0, q5_1, q8_0; an f32 path for every other type.
+// Quantised kernels: AVX2 (baseline) and AVX-512 VNNI (runtime-selected) integer group
+// kernels over packed matrices and row kernels over the file's blocks (q4_0, q4_1, q5_0,
+// q5_1, q8_0); an f32 row path for every other type.
 #define KILN_LLM_ISA avx2
 #include "llm/quant_kernels_impl.h"
 #undef KILN_LLM_ISA
@@ -17,6 +18,7 @@
 namespace kiln::llm::kernels {
 namespace avx512 {
 RowsFn integer_kernel(GgmlType type);  // quant_kernels_avx512.cc
+GroupsFn group_kernel(GgmlType type);
 }  // namespace avx512
 namespace {
 
@@ -45,6 +47,10 @@ RowsFn integer_kernel(GgmlType type) {
   return cpu_has(CpuIsa::kAvx512Vnni) ? avx512::integer_kernel(type) : avx2::integer_kernel(type);
 }
 
+GroupsFn group_kernel(GgmlType type) {
+  return cpu_has(CpuIsa::kAvx512Vnni) ? avx512::group_kernel(type) : avx2::group_kernel(type);
+}
+
 }  // namespace
 
 void quantize_q8(const float* x, Q8Block* out, int64_t n) {
@@ -59,13 +65,20 @@ void quantize_q8(const float* x, Q8Block* out, int64_t n) {
       h = _mm_max_ss(h, _mm_movehdup_ps(h));
       const float d = _mm_cvtss_f32(h) / 127.0f;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      int isum = 0;
-      for (int k = 0; k < 16; ++k) {
-        const int q = static_cast<int>(std::nearbyint(xh[k] * id));
-        out[b].q[16 * half + k] = static_cast<int8_t>(q);
-        isum += q;
-      }
+      // Round to nearest even (as nearbyint), then narrow 16 int32 to int8 (|q| <= 127).
+      const __m256 vid = _mm256_set1_ps(id);
+      const __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xh), vid));
+      const __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xh + 8), vid));
+      const __m256i q16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);  // 16 x int16 in order
+      const __m128i q8 = _mm_packs_epi16(_mm256_castsi256_si128(q16), _mm256_extracti128_si256(q16, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q + 16 * half), q8);
+      __m256i s32 = _mm256_add_epi32(q0, q1);
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+      const int isum = _mm_cvtsi128_si32(s4);
       for (int k = 0; k < 4; ++k) out[b].d[4 * half + k] = d;
+      out[b].isum[half] = isum;
       sum += d * static_cast<float>(isum);
     }
     out[b].s = sum;
@@ -79,6 +92,10 @@ void matmul_rows(const QMatrix& w, const Q8Block* xq, const float* x, int64_t n,
     return;
   }
   rows_f32(w, x, n, y, y_stride, r0, r1);
+}
+
+void matmul_groups(const PackedMatrix& w, const Q8Block* xq, int64_t n, float* y, int64_t y_stride, int64_t g0, int64_t g1) {
+  group_kernel(w.type())(w, xq, n, y, y_stride, g0, g1);
 }
 
 bool has_integer_kernel(GgmlType type) { return integer_kernel(type) != nullptr; }

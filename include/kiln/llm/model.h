@@ -2,8 +2,11 @@
 // Decoder-only transformers of the llama family (llama, mistral, qwen2) from GGUF:
 // token embedding, RMSNorm, rotary position embedding (GGUF's normal or neox pairing),
 // grouped-query attention over the paged KV cache, SwiGLU MLP, tied or separate output
-// head. Every hyperparameter is read from the file's metadata. Weights stay in the
-// file's mapping, quantised; they are multiplied in place (src/llm/quant_kernels.h).
+// head. Every hyperparameter is read from the file's metadata. Weights stay quantised:
+// the matrices of the types the group kernels take (q4_0 ... q8_0, q4_K, q5_K, q6_K) are
+// repacked at load into their interleaved layout (src/llm/quant_kernels.h; the same
+// bytes or fewer for 4- and 8-bit types, up to 1.8x for 5- and 6-bit ones) and the
+// file's pages they came from are released; others are multiplied in the file's mapping.
 //
 // forward() runs one step over a batch of tokens that may belong to different
 // sequences at different positions (a prompt's tokens, or one new token of each of many
@@ -48,12 +51,18 @@ struct BatchToken {
   bool logits = false;  // compute the logits of the next token after it
 };
 
+struct ModelLoadOptions {
+  // Repack the weight matrices for the group kernels (faster; false keeps every matrix
+  // in the file's mapping and multiplies with the row kernels: for comparisons).
+  bool repack = true;
+};
+
 class Model {
  public:
   // Maps and checks `path`: DataLossError for a malformed file, UnimplementedError for an
   // architecture or tensor type kiln does not run (named), NotFoundError for a missing
   // tensor (named) or file.
-  static std::shared_ptr<const Model> load(const std::string& path);
+  static std::shared_ptr<const Model> load(const std::string& path, const ModelLoadOptions& options = {});
   ~Model();
 
   const ModelConfig& config() const { return config_; }
@@ -76,6 +85,7 @@ class Model {
 
  private:
   Model() = default;
+  void attention(std::span<const BatchToken> batch, const float* q, float* att, const KvCache& cache, int64_t layer) const;
   ModelConfig config_;
   std::shared_ptr<const GgufFile> file_;
   std::shared_ptr<const Tokenizer> tokenizer_;
