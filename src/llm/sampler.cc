@@ -5,6 +5,7 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "backends/cpu/vecmath.h"  // libmvec declarations: vector expf in omp simd loops
 #include "kiln/core/error.h"
 
 namespace kiln::llm {
@@ -48,11 +49,16 @@ Sample Sampler::sample(std::span<float> logits, std::span<const TokenId> history
   if (static_cast<int32_t>(logits.size()) != vocab_)
     throw InvalidArgumentError(str_cat("sampler: ", logits.size(), " logits for a vocabulary of ", vocab_));
   const int32_t n = vocab_;
-  // The model's log-probabilities, before any transformation.
+  // The model's log-probabilities, before any transformation: the normaliser from
+  // libmvec's vector expf, summed in double (a scalar double exp per vocabulary entry
+  // cost ~1 ms a token at 49k entries, on the serving engine's one thread).
+  const float* lp = logits.data();
   float mx = -INFINITY;
-  for (float v : logits) mx = std::max(mx, v);
+#pragma omp simd reduction(max : mx)
+  for (int32_t i = 0; i < n; ++i) mx = std::max(mx, lp[i]);
   double z = 0;
-  for (float v : logits) z += std::exp(static_cast<double>(v - mx));
+#pragma omp simd reduction(+ : z)
+  for (int32_t i = 0; i < n; ++i) z += static_cast<double>(expf(lp[i] - mx));
   const float log_z = mx + static_cast<float>(std::log(z));
   auto logprob = [&](TokenId id, const std::vector<float>& raw) { return raw[id] - log_z; };
   const std::vector<float> raw(logits.begin(), logits.end());
