@@ -172,15 +172,13 @@ float exp_shifted(float* x, int64_t n, float mx) {
   return sum;
 }
 
-}  // namespace
-
 // Causal attention of the batch's queries over their sequences' cached keys and values.
 // Work is split into jobs of (up to 8 consecutive tokens of one sequence, one KV head):
 // the job's queries (tokens x the query heads sharing that KV head) read each cached
 // block once, decoded to f32 once. Every query row runs the same operations whatever
 // else is in its job, so results do not depend on the batch.
-void Model::attention(std::span<const BatchToken> batch, const float* q, float* att, const KvCache& cache, int64_t l) const {
-  const ModelConfig& c = config_;
+void attention(const ModelConfig& c, std::span<const BatchToken> batch, const float* q, float* att, const KvCache& cache,
+               int64_t l) {
   const int64_t T = static_cast<int64_t>(batch.size()), hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.kv_dim();
   const int64_t group = c.n_head / c.n_head_kv, bs = cache.block_tokens();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -213,6 +211,7 @@ void Model::attention(std::span<const BatchToken> batch, const float* q, float* 
         scores.resize(static_cast<size_t>(rows * n_max));
         // Row r: token t0 + r / group, query head kvh * group + r % group.
         auto row_q = [&](int64_t r) { return q + (tile.t0 + r / group) * q_dim + (kvh * group + r % group) * hd; };
+        auto row_out = [&](int64_t r) { return att + (tile.t0 + r / group) * q_dim + (kvh * group + r % group) * hd; };
         auto row_n = [&](int64_t r) { return batch[tile.t0 + r / group].pos + 1; };
         for (int64_t p0 = 0; p0 < n_max; p0 += bs) {
           const int64_t m = std::min(bs, n_max - p0);
@@ -231,8 +230,7 @@ void Model::attention(std::span<const BatchToken> batch, const float* q, float* 
           const float mx = *std::max_element(sr, sr + n);
           const float inv = 1.0f / exp_shifted(sr, n, mx);
           for (int64_t p = 0; p < n; ++p) sr[p] *= inv;
-          float* out = att + (tile.t0 + r / group) * q_dim + (kvh * group + r % group) * hd;
-          std::fill(out, out + hd, 0.0f);
+          std::fill(row_out(r), row_out(r) + hd, 0.0f);
         }
         for (int64_t p0 = 0; p0 < n_max; p0 += bs) {
           const int64_t m = std::min(bs, n_max - p0);
@@ -240,7 +238,7 @@ void Model::attention(std::span<const BatchToken> batch, const float* q, float* 
           for (int64_t j = 0; j < m; ++j) convert_half_to_float(vb + j * kv_dim, kv.data() + j * hd, static_cast<size_t>(hd));
           for (int64_t r = 0; r < rows; ++r) {
             const float* sr = scores.data() + r * n_max + p0;
-            float* out = att + (tile.t0 + r / group) * q_dim + (kvh * group + r % group) * hd;
+            float* out = row_out(r);
             const int64_t mr = std::min(m, row_n(r) - p0);
             for (int64_t j = 0; j < mr; ++j) axpy(sr[j], kv.data() + j * hd, out, hd);
           }
@@ -248,6 +246,8 @@ void Model::attention(std::span<const BatchToken> batch, const float* q, float* 
       }
   });
 }
+
+}  // namespace
 
 Model::~Model() = default;
 
@@ -402,7 +402,7 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
       convert_float_to_half(kt, cache.key(batch[t].seq, l, batch[t].pos), static_cast<size_t>(kv_dim));
       convert_float_to_half(vt, cache.value(batch[t].seq, l, batch[t].pos), static_cast<size_t>(kv_dim));
     }
-    attention(batch, q.data(), att.data(), cache, l);
+    attention(c, batch, q.data(), att.data(), cache, l);
     {
       const Input in(att.data(), T, q_dim);
       matmul({{&L.wo, proj.data()}}, in);

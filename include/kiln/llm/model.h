@@ -85,7 +85,6 @@ class Model {
 
  private:
   Model() = default;
-  void attention(std::span<const BatchToken> batch, const float* q, float* att, const KvCache& cache, int64_t layer) const;
   ModelConfig config_;
   std::shared_ptr<const GgufFile> file_;
   std::shared_ptr<const Tokenizer> tokenizer_;
