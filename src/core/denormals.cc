@@ -7,6 +7,7 @@
 
 #include "kiln/core/flags.h"
 #include "kiln/core/parallel.h"
+#include "core/omp_team.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -70,10 +71,9 @@ void prepare_denormal_team() {
   const int n = omp_get_max_threads();
   const bool on = flush_denormals();
   if (team.on == on && team.threads >= n) return;
-#pragma omp parallel num_threads(n)
-  {
-    if (omp_get_thread_num() != 0) apply_denormal_mode_on_worker();
-  }
+  omp_team(n, [](int t, int) {
+    if (t != 0) apply_denormal_mode_on_worker();
+  });
   team = {team.on == on ? std::max(team.threads, n) : n, on};
 }
 

@@ -18,6 +18,7 @@ std::array<std::atomic<Backend*>, kNumDeviceTypes> g_backends{};
 std::once_flag g_cuda_once;
 std::string g_cuda_reason;  // written once under g_cuda_once
 
+#ifdef KILN_CUDA_PLUGIN
 // The directory libkiln_runtime was loaded from (where libkiln_cuda.so is installed
 // and built next to it), with a trailing '/'; "" when unknown.
 std::string runtime_dir() {
@@ -27,6 +28,7 @@ std::string runtime_dir() {
   auto slash = path.rfind('/');
   return slash == std::string::npos ? "" : path.substr(0, slash + 1);
 }
+#endif
 
 // Loads the CUDA plugin; its static initialisers register the backend, the device
 // provider and the CUDA kernels. The handle stays open for the life of the process.

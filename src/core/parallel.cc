@@ -10,6 +10,7 @@
 
 #include "kiln/core/denormals.h"
 #include "kiln/core/flags.h"
+#include "core/omp_team.h"
 
 namespace kiln {
 namespace {
@@ -56,16 +57,15 @@ void parallel_invoke(const std::function<void()>& a, const std::function<void()>
       err[k] = std::current_exception();
     }
   };
-#pragma omp parallel num_threads(2)
-  {
-    if (omp_get_num_threads() == 1) {  // the runtime gave one thread: run both here
+  detail::omp_team(2, [&](int t, int T) {
+    if (T == 1) {  // the runtime gave one thread: run both here
       guarded(0);
       guarded(1);
-    } else if (omp_get_thread_num() < 2) {
-      if (omp_get_thread_num() == 1) detail::apply_denormal_mode_on_worker();
-      guarded(omp_get_thread_num());
+    } else if (t < 2) {
+      if (t == 1) detail::apply_denormal_mode_on_worker();
+      guarded(t);
     }
-  }
+  });
   for (const std::exception_ptr& e : err)
     if (e) std::rethrow_exception(e);
 }
@@ -76,14 +76,11 @@ bool in_parallel_region() { return omp_in_parallel() != 0; }
 void parallel_for_impl(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(grain, 1));
   int nt = static_cast<int>(std::min<int64_t>(num_threads(), max_chunks));
-#pragma omp parallel num_threads(nt)
-  {
-    int t = omp_get_thread_num();
-    int T = omp_get_num_threads();
+  omp_team(nt, [&](int t, int T) {
     if (t != 0) apply_denormal_mode_on_worker();  // workers follow kiln's mode (kiln/core/denormals.h)
     int64_t begin = n * t / T, end = n * (t + 1) / T;
     if (begin < end) fn(begin, end);
-  }
+  });
 }
 }  // namespace detail
 

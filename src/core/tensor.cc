@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "kiln/core/parallel.h"
@@ -106,13 +107,30 @@ Tensor Tensor::clone() const {
 }
 
 namespace {
+// A floating value to an integer type (C++ leaves values out of its range undefined):
+// truncated toward zero; NaN is 0, values beyond int64 saturate, and a narrower type
+// keeps the int64 value's low bits (-50.5 -> u8 206, as numpy gives on x86).
+template <typename D>
+D float_to_int(double v) {
+  if (std::isnan(v)) return D(0);
+  if constexpr (std::is_same_v<D, uint64_t>)
+    if (v >= 0x1p63) return v < 0x1p64 ? static_cast<D>(v) : std::numeric_limits<D>::max();
+  const int64_t i = v <= -0x1p63 ? std::numeric_limits<int64_t>::min()
+                    : v >= 0x1p63 ? std::numeric_limits<int64_t>::max()
+                                  : static_cast<int64_t>(v);
+  return static_cast<D>(i);
+}
+
 template <typename S, typename D>
 void convert_loop(const S* s, D* d, int64_t n) {
+  constexpr bool kFloatSource = std::is_floating_point_v<S> || std::is_same_v<S, half> || std::is_same_v<S, bfloat16>;
   for (int64_t i = 0; i < n; ++i) {
     if constexpr (std::is_same_v<D, bool>)
       d[i] = static_cast<float>(s[i]) != 0.0f;
     else if constexpr (std::is_same_v<D, half> || std::is_same_v<D, bfloat16>)
       d[i] = D(static_cast<float>(s[i]));
+    else if constexpr (kFloatSource && std::is_integral_v<D>)
+      d[i] = float_to_int<D>(static_cast<double>(s[i]));
     else if constexpr (std::is_same_v<S, half> || std::is_same_v<S, bfloat16>)
       d[i] = static_cast<D>(static_cast<float>(s[i]));
     else

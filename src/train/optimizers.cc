@@ -191,8 +191,9 @@ class SGDOptimizer final : public Optimizer {
   }
   void update(const Variable& var, const Tensor& grad, std::vector<Variable>& slots, double lr, int64_t) override {
     const bool mom = momentum_ != 0;
+    const bool in_place = can_update_in_place(var, slots);  // before peek() copies the values (argument order)
     ops::SgdUpdate r = ops::sgd_update(var.peek(), grad, mom ? slots[0].peek() : Tensor(), lr, momentum_, nesterov_,
-                                       opts_.weight_decay, hyper_, can_update_in_place(var, slots));
+                                       opts_.weight_decay, hyper_, in_place);
     var.assign(r.param);
     if (mom) slots[0].assign(r.momentum);
   }
@@ -216,8 +217,9 @@ class AdamOptimizer final : public Optimizer {
  protected:
   std::vector<std::string> slot_names() const override { return {"m", "v"}; }
   void update(const Variable& var, const Tensor& grad, std::vector<Variable>& slots, double lr, int64_t step) override {
+    const bool in_place = can_update_in_place(var, slots);  // before peek() copies the values (argument order)
     ops::AdamUpdate r = ops::adam_update(var.peek(), grad, slots[0].peek(), slots[1].peek(), lr, beta_1_, beta_2_,
-                                         epsilon_, step, opts_.weight_decay, hyper_, can_update_in_place(var, slots));
+                                         epsilon_, step, opts_.weight_decay, hyper_, in_place);
     var.assign(r.param);
     slots[0].assign(r.m);
     slots[1].assign(r.v);
@@ -248,10 +250,11 @@ class RMSpropOptimizer final : public Optimizer {
     const bool mom = momentum_ > 0;
     Variable* mom_slot = mom ? &slots[1] : nullptr;
     Variable* avg_slot = centered_ ? &slots[mom ? 2 : 1] : nullptr;
+    const bool in_place = can_update_in_place(var, slots);  // before peek() copies the values (argument order)
     ops::RmspropUpdate r =
         ops::rmsprop_update(var.peek(), grad, slots[0].peek(), mom_slot ? mom_slot->peek() : Tensor(),
                             avg_slot ? avg_slot->peek() : Tensor(), lr, rho_, momentum_, epsilon_, centered_,
-                            opts_.weight_decay, hyper_, can_update_in_place(var, slots));
+                            opts_.weight_decay, hyper_, in_place);
     var.assign(r.param);
     slots[0].assign(r.velocity);
     if (mom_slot) mom_slot->assign(r.momentum);

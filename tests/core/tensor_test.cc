@@ -142,6 +142,27 @@ TEST(Device, ParseAndLookup) {
 
 std::string tmp_path(const char* name) { return ::testing::TempDir() + name; }
 
+// Floating to integer conversion is defined for every value (C++ leaves out-of-range
+// values undefined; UBSan in the asan preset checks it): truncation toward zero, NaN 0,
+// saturation beyond int64, the low bits in narrower types.
+TEST(TensorTest, FloatToIntegerConversionIsDefinedForEveryValue) {
+  const std::vector<double> v = {-50.5, 300.7, std::nan(""), 1e30, -1e30, 2.9, -2.9, 1e19};
+  const Tensor t = make<double>(v, {8});
+  const Tensor u8 = t.to(DType::kU8), i32 = t.to(DType::kI32), i64 = t.to(DType::kI64);
+  const std::vector<double> want_u8 = {206, 44, 0, 255, 0, 2, 254, 255}, want_i32 = {-50, 300, 0, -1, 0, 2, -2, -1};
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(u8.get_double(i), want_u8[i]) << i;
+    EXPECT_EQ(i32.get_double(i), want_i32[i]) << i;
+  }
+  const int64_t* p = i64.data<int64_t>();
+  EXPECT_EQ(p[0], -50);
+  EXPECT_EQ(p[2], 0);
+  EXPECT_EQ(p[3], std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(p[4], std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(p[6], -2);
+  EXPECT_EQ(make<float>({-3.7f, 1e20f}, {2}).to(DType::kI8).get_double(0), -3);
+}
+
 TEST(Npy, RoundTripsEveryNumpyDtype) {
   for (DType dt : {DType::kBool, DType::kU8, DType::kI8, DType::kI32, DType::kI64, DType::kF16, DType::kF32,
                    DType::kF64}) {

@@ -115,7 +115,8 @@ class Tensor {
 };
 
 // Converts n host elements between dtypes (static_cast semantics; to bool: != 0;
-// 16-bit floats round to nearest even).
+// 16-bit floats round to nearest even; floating to integer truncates toward zero, with
+// NaN -> 0, saturation beyond int64 and the low bits kept in narrower types).
 void convert_buffer(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
 
 // True when shapes match and |a-b| <= atol + rtol*|b| elementwise (NaNs equal when
