@@ -12,6 +12,23 @@
 
 namespace kiln::testing {
 
+// True in the sanitizer presets (AddressSanitizer, ThreadSanitizer), where a language-model
+// step is 5-10x slower than in the default preset. Tests that repeat one code path many
+// times (greedy continuations of every oracle prompt, dozens of solo runs to compare a
+// batch against) check a few of the repetitions there: the default preset checks them
+// all, and repeating a path adds nothing to what the sanitizers look for.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // Path of a fixture file under tests/fixtures.
 std::string fixture(const std::string& rel);
 // Loads tests/fixtures/<rel>; fails the test (throws) when missing.
