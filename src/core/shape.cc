@@ -18,13 +18,18 @@ Shape::Shape(std::span<const int64_t> dims) {
       throw InvalidArgumentError(detail::str_cat("negative dimension ", dims[i], " at index ", i));
     dims_[i] = dims[i];
   }
+  (void)numel();  // a shape of more than 2^63 - 1 elements is refused here, at construction
 }
 
 int64_t Shape::dim(int i) const { return dims_[normalize_axis(i, rank_, "dimension")]; }
 
 int64_t Shape::numel() const {
+  for (int i = 0; i < rank_; ++i)
+    if (dims_[i] == 0) return 0;  // empty, however large the other dimensions
   int64_t n = 1;
-  for (int i = 0; i < rank_; ++i) n *= dims_[i];
+  for (int i = 0; i < rank_; ++i)
+    if (__builtin_mul_overflow(n, dims_[i], &n))
+      throw InvalidArgumentError("shape " + str() + " has more than 2^63 - 1 elements");
   return n;
 }
 
@@ -35,6 +40,12 @@ void Shape::insert(int pos, int64_t d) {
   for (int i = rank_; i > pos; --i) dims_[i] = dims_[i - 1];
   dims_[pos] = d;
   ++rank_;
+  try {
+    (void)numel();
+  } catch (...) {
+    erase(pos);  // leaves the shape as it was
+    throw;
+  }
 }
 
 void Shape::erase(int pos) {
@@ -45,10 +56,10 @@ void Shape::erase(int pos) {
 
 std::array<int64_t, Shape::kMaxRank> Shape::strides() const {
   std::array<int64_t, kMaxRank> s{};
-  int64_t acc = 1;
+  uint64_t acc = 1;  // unsigned: an empty shape's strides may wrap, harmlessly
   for (int i = rank_ - 1; i >= 0; --i) {
-    s[i] = acc;
-    acc *= dims_[i];
+    s[i] = static_cast<int64_t>(acc);
+    acc *= static_cast<uint64_t>(dims_[i]);
   }
   return s;
 }

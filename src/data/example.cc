@@ -640,7 +640,7 @@ struct SlotSet {
   int find(std::string_view key) const {
     if (slots.size() <= 8) {
       for (size_t i = 0; i < slots.size(); ++i)
-        if (slots[i].name.size() == key.size() && std::memcmp(slots[i].name.data(), key.data(), key.size()) == 0)
+        if (std::string_view(slots[i].name) == key)  // (memcmp on an empty key's null data is undefined)
           return static_cast<int>(i);
       return -1;
     }

@@ -63,6 +63,19 @@ TEST(Half, RoundTripsAndRoundsToNearestEven) {
   }
 }
 
+// A shape's element count fits int64 or the shape is refused; zero anywhere makes it
+// empty however large the other dimensions (an IDX header can say [2^32-1, 2^32-1, 0]).
+TEST(Shape, ElementCountsPastInt64AreRefusedAndZeroWins) {
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_KILN_ERROR(Shape({big, big}), kInvalidArgument, "more than 2^63 - 1 elements");
+  EXPECT_EQ(Shape({big, big, 0}).numel(), 0);
+  EXPECT_EQ(Shape({0, big, big}).numel(), 0);
+  Shape s({big});
+  EXPECT_KILN_ERROR(s.push_back(big), kInvalidArgument, "more than 2^63 - 1 elements");
+  EXPECT_EQ(s, Shape({big}));  // unchanged
+  EXPECT_EQ(Shape({big, 1 << 20}).numel(), big << 20);
+}
+
 TEST(Shape, BasicsAndBroadcast) {
   Shape s{2, 3, 4};
   EXPECT_EQ(s.numel(), 24);
