@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -68,6 +69,21 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
   const float scale = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(n)) + eps);
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+}
+
+// fn(t) for each token of a batch of T, on every thread when there are more than `grain`
+// (norms, rotary embedding, SwiGLU, residuals: a token's result does not depend on the split).
+template <typename F>
+void for_tokens(int64_t T, int64_t grain, const F& fn) {
+  parallel_for(T, grain, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) fn(t);
+  });
+}
+
+// g = silu(g) * u over n values (libmvec's vector exp).
+void swiglu(float* g, const float* u, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 // Activations of n tokens, quantised once for every matrix that reads them.
@@ -195,55 +211,67 @@ void attention(const ModelConfig& c, std::span<const BatchToken> batch, const fl
     positions += batch[e - 1].pos + 1;
     t = e;
   }
-  const int64_t jobs = static_cast<int64_t>(tiles.size()) * c.n_head_kv, stripes = std::min<int64_t>(jobs, 64);
-  // Dealt round-robin to stripes (a prompt's later tiles attend to more positions); on the
-  // calling thread when too small to pay for waking the pool (a short decode step).
-  const int64_t grain = positions * c.n_head < 2048 ? stripes : 1;
-  parallel_for(stripes, grain, [&](int64_t sb, int64_t se) {
+  // Jobs (a tile and a KV head) cost in proportion to the positions they attend to: a
+  // prompt's later tiles more than its first. Each thread takes the next costliest job
+  // still waiting (longest first, so the threads end together); a job's result does not
+  // depend on which thread runs it. On the calling thread when too small to pay for
+  // waking the pool (a short decode step).
+  const int64_t jobs = static_cast<int64_t>(tiles.size()) * c.n_head_kv;
+  std::vector<int32_t> order(static_cast<size_t>(jobs));
+  for (int64_t j = 0; j < jobs; ++j) order[static_cast<size_t>(j)] = static_cast<int32_t>(j);
+  auto cost = [&](int32_t j) {
+    const Tile& t = tiles[static_cast<size_t>(j / c.n_head_kv)];
+    return t.m * (batch[t.t0 + t.m - 1].pos + 1);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return cost(a) > cost(b); });
+  const int64_t workers = std::min<int64_t>(num_threads(), jobs);
+  const int64_t grain = positions * c.n_head < 2048 ? workers : 1;
+  std::atomic<int64_t> next{0};
+  parallel_for(workers, grain, [&](int64_t, int64_t) {
     std::vector<float> scores, kv(static_cast<size_t>(bs * hd));
-    for (int64_t stripe = sb; stripe < se; ++stripe)
-      for (int64_t job = stripe; job < jobs; job += stripes) {
-        const Tile& tile = tiles[static_cast<size_t>(job / c.n_head_kv)];
-        const int64_t kvh = job % c.n_head_kv, rows = tile.m * group;
-        const BatchToken& last = batch[tile.t0 + tile.m - 1];
-        const int64_t n_max = last.pos + 1;
-        const std::vector<int32_t>& blocks = cache.blocks(last.seq);
-        scores.resize(static_cast<size_t>(rows * n_max));
-        // Row r: token t0 + r / group, query head kvh * group + r % group.
-        auto row_q = [&](int64_t r) { return q + (tile.t0 + r / group) * q_dim + (kvh * group + r % group) * hd; };
-        auto row_out = [&](int64_t r) { return att + (tile.t0 + r / group) * q_dim + (kvh * group + r % group) * hd; };
-        auto row_n = [&](int64_t r) { return batch[tile.t0 + r / group].pos + 1; };
-        for (int64_t p0 = 0; p0 < n_max; p0 += bs) {
-          const int64_t m = std::min(bs, n_max - p0);
-          const half* kb = cache.block_keys(blocks[static_cast<size_t>(p0 / bs)], l) + kvh * hd;
-          for (int64_t j = 0; j < m; ++j) convert_half_to_float(kb + j * kv_dim, kv.data() + j * hd, static_cast<size_t>(hd));
-          for (int64_t r = 0; r < rows; ++r) {
-            const float* qr = row_q(r);
-            float* sr = scores.data() + r * n_max + p0;
-            const int64_t mr = std::min(m, row_n(r) - p0);
-            for (int64_t j = 0; j < mr; ++j) sr[j] = dot(qr, kv.data() + j * hd, hd) * scale;
-          }
-        }
+    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < jobs;) {
+      const int64_t job = order[static_cast<size_t>(i)];
+      const Tile& tile = tiles[static_cast<size_t>(job / c.n_head_kv)];
+      const int64_t kvh = job % c.n_head_kv, rows = tile.m * group;
+      const BatchToken& last = batch[tile.t0 + tile.m - 1];
+      const int64_t n_max = last.pos + 1;
+      const std::vector<int32_t>& blocks = cache.blocks(last.seq);
+      scores.resize(static_cast<size_t>(rows * n_max));
+      // Row r: token t0 + r / group, query head kvh * group + r % group.
+      auto row_q = [&](int64_t r) { return q + (tile.t0 + r / group) * q_dim + (kvh * group + r % group) * hd; };
+      auto row_out = [&](int64_t r) { return att + (tile.t0 + r / group) * q_dim + (kvh * group + r % group) * hd; };
+      auto row_n = [&](int64_t r) { return batch[tile.t0 + r / group].pos + 1; };
+      for (int64_t p0 = 0; p0 < n_max; p0 += bs) {
+        const int64_t m = std::min(bs, n_max - p0);
+        const half* kb = cache.block_keys(blocks[static_cast<size_t>(p0 / bs)], l) + kvh * hd;
+        for (int64_t j = 0; j < m; ++j) convert_half_to_float(kb + j * kv_dim, kv.data() + j * hd, static_cast<size_t>(hd));
         for (int64_t r = 0; r < rows; ++r) {
-          float* sr = scores.data() + r * n_max;
-          const int64_t n = row_n(r);
-          const float mx = *std::max_element(sr, sr + n);
-          const float inv = 1.0f / exp_shifted(sr, n, mx);
-          for (int64_t p = 0; p < n; ++p) sr[p] *= inv;
-          std::fill(row_out(r), row_out(r) + hd, 0.0f);
-        }
-        for (int64_t p0 = 0; p0 < n_max; p0 += bs) {
-          const int64_t m = std::min(bs, n_max - p0);
-          const half* vb = cache.block_values(blocks[static_cast<size_t>(p0 / bs)], l) + kvh * hd;
-          for (int64_t j = 0; j < m; ++j) convert_half_to_float(vb + j * kv_dim, kv.data() + j * hd, static_cast<size_t>(hd));
-          for (int64_t r = 0; r < rows; ++r) {
-            const float* sr = scores.data() + r * n_max + p0;
-            float* out = row_out(r);
-            const int64_t mr = std::min(m, row_n(r) - p0);
-            for (int64_t j = 0; j < mr; ++j) axpy(sr[j], kv.data() + j * hd, out, hd);
-          }
+          const float* qr = row_q(r);
+          float* sr = scores.data() + r * n_max + p0;
+          const int64_t mr = std::min(m, row_n(r) - p0);
+          for (int64_t j = 0; j < mr; ++j) sr[j] = dot(qr, kv.data() + j * hd, hd) * scale;
         }
       }
+      for (int64_t r = 0; r < rows; ++r) {
+        float* sr = scores.data() + r * n_max;
+        const int64_t n = row_n(r);
+        const float mx = *std::max_element(sr, sr + n);
+        const float inv = 1.0f / exp_shifted(sr, n, mx);
+        for (int64_t p = 0; p < n; ++p) sr[p] *= inv;
+        std::fill(row_out(r), row_out(r) + hd, 0.0f);
+      }
+      for (int64_t p0 = 0; p0 < n_max; p0 += bs) {
+        const int64_t m = std::min(bs, n_max - p0);
+        const half* vb = cache.block_values(blocks[static_cast<size_t>(p0 / bs)], l) + kvh * hd;
+        for (int64_t j = 0; j < m; ++j) convert_half_to_float(vb + j * kv_dim, kv.data() + j * hd, static_cast<size_t>(hd));
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* sr = scores.data() + r * n_max + p0;
+          float* out = row_out(r);
+          const int64_t mr = std::min(m, row_n(r) - p0);
+          for (int64_t j = 0; j < mr; ++j) axpy(sr[j], kv.data() + j * hd, out, hd);
+        }
+      }
+    }
   });
 }
 
@@ -382,12 +410,12 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
   for (int64_t t = 0; t < T; ++t) rope_angles(batch[t].pos, c, rope_cos.data() + t * half_rot, rope_sin.data() + t * half_rot);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const Weights::Layer& L = W.layers[l];
-    for (int64_t t = 0; t < T; ++t) rms_norm(x.data() + t * d, L.attn_norm.data(), h.data() + t * d, d, c.rms_eps);
+    for_tokens(T, 32, [&](int64_t t) { rms_norm(x.data() + t * d, L.attn_norm.data(), h.data() + t * d, d, c.rms_eps); });
     {
       const Input in(h.data(), T, d);
       matmul({{&L.wq, q.data()}, {&L.wk, k.data()}, {&L.wv, v.data()}}, in);
     }
-    for (int64_t t = 0; t < T; ++t) {
+    for_tokens(T, 16, [&](int64_t t) {
       float* qt = q.data() + t * q_dim;
       float* kt = k.data() + t * kv_dim;
       float* vt = v.data() + t * kv_dim;
@@ -401,29 +429,28 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
       for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(kt + hh * hd, cs, sn, c);
       convert_float_to_half(kt, cache.key(batch[t].seq, l, batch[t].pos), static_cast<size_t>(kv_dim));
       convert_float_to_half(vt, cache.value(batch[t].seq, l, batch[t].pos), static_cast<size_t>(kv_dim));
-    }
+    });
     attention(c, batch, q.data(), att.data(), cache, l);
     {
       const Input in(att.data(), T, q_dim);
       matmul({{&L.wo, proj.data()}}, in);
     }
-    for (int64_t i = 0; i < T * d; ++i) x[i] += proj[i];
-    for (int64_t t = 0; t < T; ++t) rms_norm(x.data() + t * d, L.ffn_norm.data(), h.data() + t * d, d, c.rms_eps);
+    for_tokens(T, 32, [&](int64_t t) {
+      for (int64_t i = t * d; i < (t + 1) * d; ++i) x[i] += proj[i];
+      rms_norm(x.data() + t * d, L.ffn_norm.data(), h.data() + t * d, d, c.rms_eps);
+    });
     {
       const Input in(h.data(), T, d);
       matmul({{&L.gate, g.data()}, {&L.up, u.data()}}, in);
     }
-    for (int64_t t = 0; t < T; ++t) {  // SwiGLU, row by row (libmvec's vector exp)
-      float* gt = g.data() + t * c.n_ff;
-      const float* ut = u.data() + t * c.n_ff;
-#pragma omp simd
-      for (int64_t i = 0; i < c.n_ff; ++i) gt[i] = gt[i] / (1.0f + expf(-gt[i])) * ut[i];
-    }
+    for_tokens(T, 4, [&](int64_t t) { swiglu(g.data() + t * c.n_ff, u.data() + t * c.n_ff, c.n_ff); });
     {
       const Input in(g.data(), T, c.n_ff);
       matmul({{&L.down, proj.data()}}, in);
     }
-    for (int64_t i = 0; i < T * d; ++i) x[i] += proj[i];
+    for_tokens(T, 64, [&](int64_t t) {
+      for (int64_t i = t * d; i < (t + 1) * d; ++i) x[i] += proj[i];
+    });
   }
 
   std::vector<float> sel;
