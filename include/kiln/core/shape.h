@@ -15,6 +15,9 @@ class Shape {
   static constexpr int kMaxRank = 8;
 
   Shape() = default;
+  // The constructors, push_back and insert throw InvalidArgumentError for a rank over
+  // kMaxRank or more than 2^63 - 1 elements (a zero dimension makes any shape empty), the
+  // constructors also for a negative dimension.
   Shape(std::initializer_list<int64_t> dims);
   explicit Shape(std::span<const int64_t> dims);
   explicit Shape(const std::vector<int64_t>& dims) : Shape(std::span<const int64_t>(dims)) {}
