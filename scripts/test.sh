@@ -25,12 +25,7 @@ for preset in default asan tsan; do
   ctest --preset "$preset"
   if [ "$preset" = asan ] && [ "${KILN_SKIP_FUZZ:-0}" != "1" ]; then
     step "fuzz smoke"
-    for f in build/asan/fuzz/*_fuzzer; do
-      name=$(basename "$f")
-      corpus="fuzz/corpus/${name%_fuzzer}"
-      # New inputs go to a scratch dir (the first corpus dir); the seed corpus stays as committed.
-      "$f" -max_total_time="${KILN_FUZZ_SECONDS:-20}" -rss_limit_mb=2048 "$(mktemp -d)" "$corpus" 2>&1 | tail -n 2
-    done
+    bash scripts/fuzz-smoke.sh build/asan/fuzz
   fi
 done
 step "all tests passed"

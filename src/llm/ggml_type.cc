@@ -199,6 +199,7 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
   if (n < 0 || n % info->block_elements != 0)
     throw InvalidArgumentError(detail::str_cat("dequantize_row: ", n, " ", info->name, " weights are not whole blocks of ",
                                                info->block_elements));
+  if (n == 0) return;  // src and dst may be null for an empty tensor
   const auto* b = static_cast<const uint8_t*>(src);
   const int64_t nb = n / info->block_elements;
   switch (type) {
