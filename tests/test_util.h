@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/sanitizers.h"
 #include "kiln/core/error.h"
 #include "kiln/core/flags.h"
 #include "kiln/core/tensor.h"
@@ -17,14 +18,13 @@ namespace kiln::testing {
 // times (greedy continuations of every oracle prompt, dozens of solo runs to compare a
 // batch against) check a few of the repetitions there: the default preset checks them
 // all, and repeating a path adds nothing to what the sanitizers look for.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr bool kSanitized = true;
+#if defined(KILN_TSAN)
+inline constexpr bool kTsan = true;
 #else
-inline constexpr bool kSanitized = false;
+inline constexpr bool kTsan = false;
 #endif
+#if defined(KILN_ASAN) || defined(KILN_TSAN)
+inline constexpr bool kSanitized = true;
 #else
 inline constexpr bool kSanitized = false;
 #endif

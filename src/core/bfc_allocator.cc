@@ -10,13 +10,7 @@
 
 #include "kiln/core/error.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define KILN_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KILN_ASAN 1
-#endif
-#endif
+#include "core/sanitizers.h"
 #ifdef KILN_ASAN
 #include <sanitizer/asan_interface.h>
 #define KILN_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)

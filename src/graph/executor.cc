@@ -198,6 +198,20 @@ struct Executor::Plan {
     std::lock_guard<std::mutex> lock(pool_mu);
     pool.push_back(std::move(s));
   }
+  Buf& buf(ValueRef v) { return bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)]; }
+  // The buffer a value lives in: views resolved to what they view.
+  ValueRef root(const Graph& g, ValueRef v) const {
+    while (bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)].where == Where::kView)
+      v = g.nodes[static_cast<size_t>(v.node)].inputs[0];
+    return v;
+  }
+};
+
+// When each buffer is last read: the stage of every node and, per buffer root, the
+// stage of its last reader.
+struct Executor::Liveness {
+  std::vector<size_t> stage_of;       // per node
+  std::map<ValueRef, size_t> last_use;  // per buffer root
 };
 
 Executor::Executor(Graph graph) : graph_(std::move(graph)) {
@@ -261,13 +275,8 @@ Device Executor::run_device(const std::vector<Tensor>& inputs) const {
 // another variable. Each run still checks that the buffer is exclusive (nothing outside
 // the variable holds it: Variable::value_is_exclusive) and pins a new buffer if not.
 void Executor::plan_variable_updates(Plan& p, const std::vector<size_t>& stage_of) const {
-  auto buf = [&](ValueRef v) -> Plan::Buf& {
-    return p.bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)];
-  };
-  auto root = [&](ValueRef v) {
-    while (buf(v).where == Plan::Where::kView) v = graph_.nodes[static_cast<size_t>(v.node)].inputs[0];
-    return v;
-  };
+  auto buf = [&](ValueRef v) -> Plan::Buf& { return p.buf(v); };
+  auto root = [&](ValueRef v) { return p.root(graph_, v); };
   for (const Assignment& a : graph_.assignments) {
     const ValueRef val = a.value;
     const Node& n = graph_.nodes[static_cast<size_t>(val.node)];
@@ -301,25 +310,11 @@ void Executor::plan_variable_updates(Plan& p, const std::vector<size_t>& stage_o
   }
 }
 
-std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>& inputs, Device device) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const std::string key = key_of(inputs, device);
-  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
-  if (static_cast<int>(inputs.size()) != graph_.num_inputs)
-    throw InvalidArgumentError("graph: expected " + std::to_string(graph_.num_inputs) + " inputs, got " +
-                               std::to_string(inputs.size()));
-  auto p = std::make_shared<Plan>();
-  p->device = device;
-  p->caches = plans_.empty() ? make_kernel_caches(graph_) : plans_.begin()->second->caches;
+// 1. Shapes and kernels: every node's output metas (the inputs checked against the
+// graph, the ops' shape inference) and its kernel for the plan's device.
+void Executor::plan_shapes(Plan& p, const std::vector<TensorMeta>& inputs) const {
   const size_t n = graph_.nodes.size();
-  p->bufs.resize(n);
-  if (device.type != DeviceType::kCPU) {
-    p->constants.resize(n);
-    for (size_t i = 0; i < n; ++i)
-      if (graph_.nodes[i].kind == NodeKind::kConstant) p->constants[i] = graph_.nodes[i].constant.to(device);
-  }
-  p->kernels.assign(n, nullptr);
-  // 1. Shapes and kernels.
+  p.kernels.assign(n, nullptr);
   for (size_t i = 0; i < n; ++i) {
     const Node& node = graph_.nodes[i];
     std::vector<TensorMeta> metas;
@@ -337,7 +332,7 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
       case NodeKind::kVariable: metas = node.outputs; break;
       case NodeKind::kOp: {
         std::vector<TensorMeta> in;
-        for (ValueRef v : node.inputs) in.push_back(p->bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)].meta);
+        for (ValueRef v : node.inputs) in.push_back(p.buf(v).meta);
         try {
           metas = node.op->infer(in, node.attrs);
         } catch (const Error& e) {
@@ -346,108 +341,128 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
         }
         DType key = node.op->dispatch_input >= 0 ? in.at(static_cast<size_t>(node.op->dispatch_input)).dtype
                                                  : metas.at(0).dtype;
-        p->kernels[i] = node.op->kernel(device.type, key);
-        if (!p->kernels[i] && !is_view_op(node.op))
-          throw UnimplementedError("graph: op '" + node.op->name + "' has no " + device_type_name(device.type) +
+        p.kernels[i] = node.op->kernel(p.device.type, key);
+        if (!p.kernels[i] && !is_view_op(node.op))
+          throw UnimplementedError("graph: op '" + node.op->name + "' has no " + device_type_name(p.device.type) +
                                    " kernel for dtype " + std::string(dtype_name(key)));
         break;
       }
     }
-    p->bufs[i].resize(metas.size());
+    p.bufs[i].resize(metas.size());
     for (size_t k = 0; k < metas.size(); ++k) {
-      Plan::Buf& b = p->bufs[i][k];
+      Plan::Buf& b = p.bufs[i][k];
       b.meta = metas[k];
       if (node.kind == NodeKind::kOp) b.where = is_view_op(node.op) ? Plan::Where::kView : Plan::Where::kArena;
     }
   }
-  // 2. Liveness on buffer roots (a view's reads keep its root alive).
-  auto root = [&](ValueRef v) {
-    while (p->bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)].where == Plan::Where::kView)
-      v = graph_.nodes[static_cast<size_t>(v.node)].inputs[0];
-    return v;
-  };
-  auto meta = [&](ValueRef v) -> const TensorMeta& {
-    return p->bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)].meta;
-  };
-  p->stages = schedule(graph_, meta, device.type == DeviceType::kCPU && parallel_branches_enabled());
-  std::vector<size_t> stage_of(n);
-  for (size_t s = 0; s < p->stages.size(); ++s)
-    for (int i : p->stages[s])
-      if (i >= 0) stage_of[static_cast<size_t>(i)] = s;
-  std::map<ValueRef, size_t> last_use;  // stage of the last reader
-  for (size_t i = 0; i < n; ++i)
+}
+
+// 2. The schedule and liveness on buffer roots (a view's reads keep its root alive);
+// pins the outputs and assigned values and marks the variable updates made in place.
+Executor::Liveness Executor::plan_liveness(Plan& p) const {
+  auto meta = [&](ValueRef v) -> const TensorMeta& { return p.buf(v).meta; };
+  p.stages = schedule(graph_, meta, p.device.type == DeviceType::kCPU && parallel_branches_enabled());
+  Liveness l;
+  l.stage_of.resize(graph_.nodes.size());
+  for (size_t s = 0; s < p.stages.size(); ++s)
+    for (int i : p.stages[s])
+      if (i >= 0) l.stage_of[static_cast<size_t>(i)] = s;
+  for (size_t i = 0; i < graph_.nodes.size(); ++i)
     for (ValueRef v : graph_.nodes[i].inputs) {
-      size_t& lu = last_use[root(v)];
-      lu = std::max(lu, stage_of[i]);
+      size_t& lu = l.last_use[p.root(graph_, v)];
+      lu = std::max(lu, l.stage_of[i]);
     }
   auto pin = [&](ValueRef v) {
-    ValueRef r = root(v);
-    Plan::Buf& b = p->bufs[static_cast<size_t>(r.node)][static_cast<size_t>(r.index)];
+    Plan::Buf& b = p.buf(p.root(graph_, v));
     if (b.where == Plan::Where::kArena) b.where = Plan::Where::kPinned;
   };
   for (ValueRef o : graph_.outputs) pin(o);
   for (const Assignment& a : graph_.assignments) pin(a.value);
-  plan_variable_updates(*p, stage_of);
-  // 3. Offsets: allocate a stage's outputs, then release what it read for the last time
-  // (the two nodes of a stage run at once: neither may reuse what the other reads).
-  // A lone node whose output may overwrite an input (OpDef::overwritable) takes over the
-  // buffer of such an input of its output's shape and dtype whose last reader it is;
-  // that buffer then lives as long as the output.
+  plan_variable_updates(p, l.stage_of);
+  return l;
+}
+
+// 3. Offsets: allocate a stage's outputs, then release what it read for the last time
+// (the two nodes of a stage run at once: neither may reuse what the other reads).
+// A lone node whose output may overwrite an input (OpDef::overwritable) takes over the
+// buffer of such an input of its output's shape and dtype whose last reader it is;
+// that buffer then lives as long as the output.
+void Executor::plan_offsets(Plan& p, const Liveness& l) const {
+  auto bytes_of = [](const TensorMeta& m) { return static_cast<int64_t>(m.shape.numel()) * static_cast<int64_t>(dtype_size(m.dtype)); };
   ArenaPlanner arena;
   std::map<size_t, std::vector<ValueRef>> frees;  // stage -> buffers whose last reader it holds
   std::set<ValueRef> taken_over;                  // buffers an in-place output now owns
   auto in_place_source = [&](size_t i, size_t st) -> std::optional<ValueRef> {
     const Node& node = graph_.nodes[i];
-    if (device.type != DeviceType::kCPU || p->stages[st][1] >= 0 || node.outputs.size() != 1 ||
+    if (p.device.type != DeviceType::kCPU || p.stages[st][1] >= 0 || node.outputs.size() != 1 ||
         node.op->overwritable.empty())
       return std::nullopt;
-    const TensorMeta& out = p->bufs[i][0].meta;
+    const TensorMeta& out = p.bufs[i][0].meta;
     for (size_t q = 0; q < node.inputs.size(); ++q) {
       const ValueRef v = node.inputs[q];
       if (!node.op->may_overwrite(0, static_cast<int>(q))) continue;
-      const ValueRef r = root(v);
-      const Plan::Buf& in = p->bufs[static_cast<size_t>(r.node)][static_cast<size_t>(r.index)];
-      if (in.where == Plan::Where::kArena && !taken_over.count(r) && last_use.at(r) == st &&
-          meta(v).shape == out.shape && meta(v).dtype == out.dtype)
+      const ValueRef r = p.root(graph_, v);
+      if (p.buf(r).where == Plan::Where::kArena && !taken_over.count(r) && l.last_use.at(r) == st &&
+          p.buf(v).meta.shape == out.shape && p.buf(v).meta.dtype == out.dtype)
         return r;
     }
     return std::nullopt;
   };
-  for (size_t st = 0; st < p->stages.size(); ++st) {
-    for (const int node : p->stages[st]) {
+  for (size_t st = 0; st < p.stages.size(); ++st) {
+    for (const int node : p.stages[st]) {
       if (node < 0) continue;
       const size_t i = static_cast<size_t>(node);
-      for (size_t k = 0; k < p->bufs[i].size(); ++k) {
-        Plan::Buf& b = p->bufs[i][k];
-        const auto bytes = static_cast<int64_t>(b.meta.shape.numel()) * static_cast<int64_t>(dtype_size(b.meta.dtype));
-        if (b.where == Plan::Where::kPinned) p->stats.pinned_bytes += bytes;
-        if (b.where == Plan::Where::kOverwrite) ++p->stats.updated_in_place;
+      for (size_t k = 0; k < p.bufs[i].size(); ++k) {
+        Plan::Buf& b = p.bufs[i][k];
+        const int64_t bytes = bytes_of(b.meta);
+        if (b.where == Plan::Where::kPinned) p.stats.pinned_bytes += bytes;
+        if (b.where == Plan::Where::kOverwrite) ++p.stats.updated_in_place;
         if (b.where != Plan::Where::kArena) continue;
         const size_t sz = align_up(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
         if (const std::optional<ValueRef> src = in_place_source(i, st)) {
-          b.offset = p->bufs[static_cast<size_t>(src->node)][static_cast<size_t>(src->index)].offset;
+          b.offset = p.buf(*src).offset;
           taken_over.insert(*src);
-          ++p->stats.in_place;
+          ++p.stats.in_place;
         } else {
           b.offset = arena.allocate(sz);
         }
-        p->stats.naive_bytes += static_cast<int64_t>(sz);
-        ++p->stats.num_buffers;
+        p.stats.naive_bytes += static_cast<int64_t>(sz);
+        ++p.stats.num_buffers;
         const ValueRef self{node, static_cast<int>(k)};
-        auto lu = last_use.find(self);
-        frees[lu == last_use.end() ? st : lu->second].push_back(self);  // unread outputs die at once
+        auto lu = l.last_use.find(self);
+        frees[lu == l.last_use.end() ? st : lu->second].push_back(self);  // unread outputs die at once
       }
     }
     if (auto f = frees.find(st); f != frees.end())
       for (ValueRef v : f->second) {
         if (taken_over.count(v)) continue;
-        const Plan::Buf& b = p->bufs[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)];
-        arena.release(b.offset, align_up(std::max<size_t>(
-                                    static_cast<size_t>(b.meta.shape.numel()) * dtype_size(b.meta.dtype), 1)));
+        const Plan::Buf& b = p.buf(v);
+        arena.release(b.offset, align_up(static_cast<size_t>(std::max<int64_t>(bytes_of(b.meta), 1))));
       }
   }
-  p->stats.arena_bytes = static_cast<int64_t>(arena.end());
-  p->arena_bytes = arena.end();
+  p.stats.arena_bytes = static_cast<int64_t>(arena.end());
+  p.arena_bytes = arena.end();
+}
+
+std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>& inputs, Device device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string key = key_of(inputs, device);
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+  if (static_cast<int>(inputs.size()) != graph_.num_inputs)
+    throw InvalidArgumentError("graph: expected " + std::to_string(graph_.num_inputs) + " inputs, got " +
+                               std::to_string(inputs.size()));
+  auto p = std::make_shared<Plan>();
+  p->device = device;
+  p->caches = plans_.empty() ? make_kernel_caches(graph_) : plans_.begin()->second->caches;
+  const size_t n = graph_.nodes.size();
+  p->bufs.resize(n);
+  if (device.type != DeviceType::kCPU) {
+    p->constants.resize(n);
+    for (size_t i = 0; i < n; ++i)
+      if (graph_.nodes[i].kind == NodeKind::kConstant) p->constants[i] = graph_.nodes[i].constant.to(device);
+  }
+  plan_shapes(*p, inputs);
+  plan_offsets(*p, plan_liveness(*p));
   // Bounded: callers with ever-new shapes (a server's batch sizes) must not grow the
   // cache without limit. Evicted plans live on while a run holds them.
   if (plans_.size() >= kMaxPlans) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <numeric>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -218,7 +219,7 @@ void attention(const ModelConfig& c, std::span<const BatchToken> batch, const fl
   // waking the pool (a short decode step).
   const int64_t jobs = static_cast<int64_t>(tiles.size()) * c.n_head_kv;
   std::vector<int32_t> order(static_cast<size_t>(jobs));
-  for (int64_t j = 0; j < jobs; ++j) order[static_cast<size_t>(j)] = static_cast<int32_t>(j);
+  std::iota(order.begin(), order.end(), 0);
   auto cost = [&](int32_t j) {
     const Tile& t = tiles[static_cast<size_t>(j / c.n_head_kv)];
     return t.m * (batch[t.t0 + t.m - 1].pos + 1);

@@ -266,12 +266,21 @@ void ModelManager::poll_now() {
   for (auto& m : models) poll_model(*m);
 }
 
+// One poll of one model: list its versions, load what the policy wants, publish the
+// result (retiring what it no longer wants).
 void ModelManager::poll_model(Model& m) {
   ModelConfig cfg;
   {
     std::lock_guard<std::mutex> lock(mu_);
     cfg = m.config;
   }
+  const std::map<int64_t, std::string> stamps = list_versions(m, cfg);
+  publish(m, cfg, load_desired(m, cfg, stamps), stamps);
+}
+
+// The version directories under base_path with their stamps (a missing base path is
+// logged once, then again only after it came back).
+std::map<int64_t, std::string> ModelManager::list_versions(Model& m, const ModelConfig& cfg) {
   std::error_code ec;
   if (!fs::is_directory(cfg.base_path, ec)) {
     if (!m.missing_base_logged)
@@ -280,18 +289,22 @@ void ModelManager::poll_model(Model& m) {
   } else {
     m.missing_base_logged = false;
   }
-  const auto listed = package::list_versions(cfg.base_path);
   std::map<int64_t, std::string> stamps;
-  for (int64_t v : listed) stamps[v] = dir_stamp(fs::path(cfg.base_path) / std::to_string(v));
+  for (int64_t v : package::list_versions(cfg.base_path)) stamps[v] = dir_stamp(fs::path(cfg.base_path) / std::to_string(v));
+  return stamps;
+}
 
-  // Versions that failed and have not changed since are not candidates: the policy
-  // then falls back to the versions that work (latest(1) keeps the previous one).
+// Loads the versions the policy wants and returns them. Versions that failed and have
+// not changed since are not candidates: the policy then falls back to the versions that
+// work (latest(1) keeps the previous one).
+std::vector<int64_t> ModelManager::load_desired(Model& m, const ModelConfig& cfg,
+                                                const std::map<int64_t, std::string>& stamps) {
   std::vector<int64_t> desired;
   for (;;) {
     std::vector<int64_t> candidates;
-    for (int64_t v : listed) {
+    for (const auto& [v, stamp] : stamps) {
       auto f = m.failed.find(v);
-      if (f == m.failed.end() || f->second != stamps[v]) candidates.push_back(v);
+      if (f == m.failed.end() || f->second != stamp) candidates.push_back(v);
     }
     desired = apply_policy(cfg.policy, candidates);
     bool all_loaded = true;
@@ -303,50 +316,7 @@ void ModelManager::poll_model(Model& m) {
       }
       if (loaded) continue;
       all_loaded = false;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        m.status[v] = VersionStatus{v, VersionState::kLoading, {}};
-      }
-      const std::string dir = (fs::path(cfg.base_path) / std::to_string(v)).string();
-      log_event(LogLevel::kInfo, "version_loading", {{"model", cfg.name}, {"version", std::to_string(v)}, {"dir", dir}});
-      const auto t0 = Clock::now();
-      try {
-        auto saved = package::SavedModel::load(dir, opts_.load);
-        auto servable = std::make_shared<Servable>(cfg.name, v, std::move(saved));
-        if (scheduler_) servable->enable_batching(*scheduler_, *opts_.batching);
-        servable->set_unbatched_runner(opts_.unbatched_runner);
-        if (opts_.warmup) opts_.warmup(*servable);
-        const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          m.available[v] = std::move(servable);
-          m.status[v] = VersionStatus{v, VersionState::kAvailable, {}};
-          m.failed.erase(v);
-        }
-        ++loads_;
-        if (opts_.metrics) {
-          opts_.metrics->gauge("kiln_model_load_seconds", "Seconds the last load (with warm-up) of a version took",
-                               {"model", "version"}).at({cfg.name, std::to_string(v)}).set(secs);
-          opts_.metrics->counter("kiln_model_loads_total", "Version loads by result", {"model", "result"})
-              .at({cfg.name, "ok"}).inc();
-        }
-        log_event(LogLevel::kInfo, "version_available",
-                  {{"model", cfg.name}, {"version", std::to_string(v)}, {"seconds", std::to_string(secs)}});
-      } catch (...) {
-        Status st = status_of_current_exception();
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          m.status[v] = VersionStatus{v, VersionState::kEnd, st};
-          m.failed[v] = stamps[v];
-        }
-        if (opts_.metrics)
-          opts_.metrics->counter("kiln_model_loads_total", "Version loads by result", {"model", "result"})
-              .at({cfg.name, "error"}).inc();
-        log_event(LogLevel::kError, "version_failed",
-                  {{"model", cfg.name}, {"version", std::to_string(v)}, {"code", std::string(code_name(st.code))},
-                   {"error", st.message}});
-        break;  // recompute the desired set without it
-      }
+      if (!load_version(m, cfg, v, stamps.at(v))) break;  // recompute the desired set without it
     }
     if (all_loaded) break;
     // Loop again: either everything desired is now loaded, or a failure changed the set.
@@ -357,8 +327,62 @@ void ModelManager::poll_model(Model& m) {
     }
     if (!changed) break;
   }
-  // Publish: versions no longer desired stop taking traffic now and are freed when
-  // their last in-flight request ends.
+  return desired;
+}
+
+// Loads (and warms up) version v; on failure records it as failed at this stamp.
+bool ModelManager::load_version(Model& m, const ModelConfig& cfg, int64_t v, const std::string& stamp) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    m.status[v] = VersionStatus{v, VersionState::kLoading, {}};
+  }
+  const std::string dir = (fs::path(cfg.base_path) / std::to_string(v)).string();
+  log_event(LogLevel::kInfo, "version_loading", {{"model", cfg.name}, {"version", std::to_string(v)}, {"dir", dir}});
+  const auto t0 = Clock::now();
+  try {
+    auto saved = package::SavedModel::load(dir, opts_.load);
+    auto servable = std::make_shared<Servable>(cfg.name, v, std::move(saved));
+    if (scheduler_) servable->enable_batching(*scheduler_, *opts_.batching);
+    servable->set_unbatched_runner(opts_.unbatched_runner);
+    if (opts_.warmup) opts_.warmup(*servable);
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      m.available[v] = std::move(servable);
+      m.status[v] = VersionStatus{v, VersionState::kAvailable, {}};
+      m.failed.erase(v);
+    }
+    ++loads_;
+    if (opts_.metrics) {
+      opts_.metrics->gauge("kiln_model_load_seconds", "Seconds the last load (with warm-up) of a version took",
+                           {"model", "version"}).at({cfg.name, std::to_string(v)}).set(secs);
+      opts_.metrics->counter("kiln_model_loads_total", "Version loads by result", {"model", "result"})
+          .at({cfg.name, "ok"}).inc();
+    }
+    log_event(LogLevel::kInfo, "version_available",
+              {{"model", cfg.name}, {"version", std::to_string(v)}, {"seconds", std::to_string(secs)}});
+    return true;
+  } catch (...) {
+    Status st = status_of_current_exception();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      m.status[v] = VersionStatus{v, VersionState::kEnd, st};
+      m.failed[v] = stamp;
+    }
+    if (opts_.metrics)
+      opts_.metrics->counter("kiln_model_loads_total", "Version loads by result", {"model", "result"})
+          .at({cfg.name, "error"}).inc();
+    log_event(LogLevel::kError, "version_failed",
+              {{"model", cfg.name}, {"version", std::to_string(v)}, {"code", std::string(code_name(st.code))},
+               {"error", st.message}});
+    return false;
+  }
+}
+
+// Publishes a poll's result: versions no longer desired stop taking traffic now and are
+// freed when their last in-flight request ends; the status list stays bounded.
+void ModelManager::publish(Model& m, const ModelConfig& cfg, const std::vector<int64_t>& desired,
+                           const std::map<int64_t, std::string>& stamps) {
   std::vector<std::shared_ptr<const Servable>> retired;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -21,19 +21,8 @@ namespace {
 // Under ThreadSanitizer a SmolLM2 step takes about half a second: the tests that run
 // hundreds of steps are for the default and AddressSanitizer presets; the threading is
 // covered here by ConcurrentSubmittersStatsAndCancellation, which runs everywhere.
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kTsan = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kTsan = true;
-#else
-constexpr bool kTsan = false;
-#endif
-#else
-constexpr bool kTsan = false;
-#endif
 #define SKIP_UNDER_TSAN() \
-  if (kTsan) GTEST_SKIP() << "hundreds of model steps: run in the default and asan presets, not under ThreadSanitizer"
+  if (kiln::testing::kTsan) GTEST_SKIP() << "hundreds of model steps: run in the default and asan presets, not under ThreadSanitizer"
 
 ModelConfig tiny_config() {
   ModelConfig c;

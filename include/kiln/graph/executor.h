@@ -78,6 +78,12 @@ class Executor {
   // plan_for for a run: the last run's plan when the inputs have its shapes and dtypes
   // (compared in place: no key string or meta list per run).
   std::shared_ptr<Plan> plan_for_run(const std::vector<Tensor>& inputs, Device device);
+  // plan_for's phases, in order: output shapes and kernels; the schedule and buffer
+  // liveness (with the pinned outputs and in-place variable updates); arena offsets.
+  struct Liveness;
+  void plan_shapes(Plan& p, const std::vector<TensorMeta>& inputs) const;
+  Liveness plan_liveness(Plan& p) const;
+  void plan_offsets(Plan& p, const Liveness& l) const;
   // Marks the assigned values a run may write over their variables' buffers.
   void plan_variable_updates(Plan& p, const std::vector<size_t>& stage_of) const;
   // Where a run with these inputs executes (see above).

@@ -143,7 +143,13 @@ class ModelManager {
 
  private:
   struct Model;
+  // poll_model's phases (model_manager.cc).
   void poll_model(Model& m);
+  std::map<int64_t, std::string> list_versions(Model& m, const ModelConfig& cfg);
+  std::vector<int64_t> load_desired(Model& m, const ModelConfig& cfg, const std::map<int64_t, std::string>& stamps);
+  bool load_version(Model& m, const ModelConfig& cfg, int64_t v, const std::string& stamp);
+  void publish(Model& m, const ModelConfig& cfg, const std::vector<int64_t>& desired,
+               const std::map<int64_t, std::string>& stamps);
   void loop();
   ManagerOptions opts_;
   std::unique_ptr<BatchScheduler> scheduler_;
