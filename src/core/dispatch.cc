@@ -1,7 +1,6 @@
 #include "kiln/core/dispatch.h"
 
 #include "kiln/core/denormals.h"
-#include "kernel_cache.h"
 #include "kiln/core/op_def.h"
 
 namespace kiln {
@@ -127,7 +126,6 @@ void run(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, De
   }
   OpContext ctx{op, inputs, out, attrs};
   {
-    KernelCacheScope eager(nullptr);  // an op called from inside a graph kernel is eager
     detail::DenormalScope denormals;
     k(ctx);
   }
@@ -165,6 +163,29 @@ void run_kernel(const char* name, DeviceType device, std::span<const Tensor> inp
   OpContext ctx{op, inputs, outputs, attrs};
   detail::DenormalScope denormals;
   k(ctx);
+}
+
+namespace {
+// A plain kernel as a prepared one.
+class Unprepared final : public PreparedKernel {
+ public:
+  explicit Unprepared(KernelFn fn) : fn_(fn) {}
+  void run(OpContext& ctx) const override { fn_(ctx); }
+
+ private:
+  KernelFn fn_;
+};
+}  // namespace
+
+std::unique_ptr<const PreparedKernel> prepare_kernel(const PrepareContext& ctx) {
+  const OpDef& op = ctx.op;
+  const DType key = op.dispatch_input >= 0 ? ctx.in[static_cast<size_t>(op.dispatch_input)].dtype : ctx.out[0].dtype;
+  if (PrepareFn prepare = op.prepare(ctx.device, key)) return prepare(ctx);
+  KernelFn k = op.kernel(ctx.device, key);
+  if (!k)
+    throw UnimplementedError(detail::str_cat("op '", op.name, "' has no ", device_type_name(ctx.device),
+                                             " kernel for dtype ", dtype_name(key)));
+  return std::make_unique<Unprepared>(k);
 }
 
 }  // namespace kiln

@@ -38,14 +38,17 @@ void OpRegistry::define(OpDef d) {
   KILN_CHECK_INTERNAL(!e.defined, "op '", d.name, "' is defined twice");
   // Kernels, a vjp and traits may have registered first.
   d.kernels_ = e.def.kernels_;
+  d.prepares_ = e.def.prepares_;
   if (e.def.vjp) d.vjp = e.def.vjp;
   if (e.has_traits) d.traits = e.def.traits;
   e.def = std::move(d);
   e.defined = true;
 }
 
-void OpRegistry::register_kernel(std::string_view op, DeviceType dev, DType dt, KernelFn fn) {
-  slot(op).kernels_[static_cast<int>(dev)][static_cast<int>(dt)] = fn;
+void OpRegistry::register_kernel(std::string_view op, DeviceType dev, DType dt, KernelFn fn, PrepareFn prepare) {
+  OpDef& d = slot(op);
+  d.kernels_[static_cast<int>(dev)][static_cast<int>(dt)] = fn;
+  d.prepares_[static_cast<int>(dev)][static_cast<int>(dt)] = prepare;
 }
 
 void OpRegistry::register_vjp(std::string_view op, VjpFn fn) { slot(op).vjp = fn; }
@@ -97,12 +100,13 @@ OpTraitsRegistration::OpTraitsRegistration(const char* op, const OpTraits& trait
 }
 
 KernelRegistration::KernelRegistration(const char* op, DeviceType dev, std::initializer_list<DType> dtypes,
-                                       KernelFn fn) {
-  for (DType t : dtypes) OpRegistry::global().register_kernel(op, dev, t, fn);
+                                       KernelFn fn, PrepareFn prepare) {
+  for (DType t : dtypes) OpRegistry::global().register_kernel(op, dev, t, fn, prepare);
 }
 
-KernelRegistration::KernelRegistration(const char* op, DeviceType dev, DType dtype, KernelFn fn) {
-  OpRegistry::global().register_kernel(op, dev, dtype, fn);
+KernelRegistration::KernelRegistration(const char* op, DeviceType dev, DType dtype, KernelFn fn,
+                                       PrepareFn prepare) {
+  OpRegistry::global().register_kernel(op, dev, dtype, fn, prepare);
 }
 
 }  // namespace kiln

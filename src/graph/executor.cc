@@ -9,9 +9,9 @@
 #include <optional>
 #include <set>
 
-#include "core/kernel_cache.h"
 #include "kiln/core/allocator.h"
 #include "kiln/core/denormals.h"
+#include "kiln/core/dispatch.h"
 #include "kiln/core/error.h"
 #include "kiln/core/flags.h"
 #include "kiln/core/op_def.h"
@@ -86,8 +86,6 @@ class ArenaPlanner {
 };
 
 bool is_view_op(const OpDef* op) { return op && op->traits.view; }
-
-using NodeCaches = std::vector<std::unique_ptr<KernelCache>>;  // per node (null: no kernel)
 
 // Execution order: one stage per node in graph order, except that two independent heavy
 // nodes (matmuls and convolutions, within kPairWindow nodes of each other, of similar
@@ -168,9 +166,11 @@ struct Executor::Plan {
   Device device;                       // where the plan runs
   std::vector<Tensor> constants;       // per node: a constant copied to `device` (off the CPU only)
   std::vector<std::vector<Buf>> bufs;  // per node, per output
-  std::vector<KernelFn> kernels;
+  // Per op node: its kernel prepared for this plan's shapes (null: a view, no kernel),
+  // and the PrepareFn that made it (null: a plain kernel).
+  std::vector<std::unique_ptr<const PreparedKernel>> kernels;
+  std::vector<PrepareFn> prepared_by;
   std::vector<Stage> stages;                 // execution order (schedule())
-  std::shared_ptr<const NodeCaches> caches;  // the executor's, shared by its plans
   size_t arena_bytes = 0;
   std::vector<Variable> updated;  // variables whose assigned values are kOverwrite buffers
   MemoryPlanStats stats;
@@ -227,26 +227,6 @@ Executor::Executor(Graph graph) : graph_(std::move(graph)) {
   }
 }
 Executor::~Executor() = default;
-
-// One kernel cache per op node, shared by all plans of an executor (a kernel keys
-// what depends on shapes), knowing which inputs are graph constants (seen through
-// reshape views).
-static std::shared_ptr<const NodeCaches> make_kernel_caches(const Graph& g) {
-  auto root = [&](ValueRef v) {
-    while (is_view_op(g.nodes[static_cast<size_t>(v.node)].op)) v = g.nodes[static_cast<size_t>(v.node)].inputs[0];
-    return v;
-  };
-  auto caches = std::make_shared<NodeCaches>(g.nodes.size());
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& node = g.nodes[i];
-    if (node.kind != NodeKind::kOp || is_view_op(node.op)) continue;
-    uint64_t constant = 0;
-    for (size_t j = 0; j < node.inputs.size() && j < 64; ++j)
-      if (g.nodes[static_cast<size_t>(root(node.inputs[j]).node)].kind == NodeKind::kConstant) constant |= uint64_t{1} << j;
-    (*caches)[i] = std::make_unique<KernelCache>(constant);
-  }
-  return caches;
-}
 
 Device Executor::run_device(const std::vector<Tensor>& inputs) const {
   std::optional<Device> dev;
@@ -311,10 +291,21 @@ void Executor::plan_variable_updates(Plan& p, const std::vector<size_t>& stage_o
 }
 
 // 1. Shapes and kernels: every node's output metas (the inputs checked against the
-// graph, the ops' shape inference) and its kernel for the plan's device.
-void Executor::plan_shapes(Plan& p, const std::vector<TensorMeta>& inputs) const {
+// graph, the ops' shape inference) and its kernel for the plan's device, prepared for
+// these shapes with the graph's constants (seen through reshape views); `previous` (may
+// be null), another plan of this graph, lends its prepared kernels to share from.
+void Executor::plan_shapes(Plan& p, const std::vector<TensorMeta>& inputs, const Plan* previous) const {
   const size_t n = graph_.nodes.size();
-  p.kernels.assign(n, nullptr);
+  p.kernels.clear();
+  p.kernels.resize(n);
+  p.prepared_by.assign(n, nullptr);
+  auto constant_of = [&](ValueRef v, const TensorMeta& meta) {
+    while (is_view_op(graph_.nodes[static_cast<size_t>(v.node)].op)) v = graph_.nodes[static_cast<size_t>(v.node)].inputs[0];
+    const Node& src = graph_.nodes[static_cast<size_t>(v.node)];
+    if (src.kind != NodeKind::kConstant) return Tensor();
+    const Tensor& t = p.constants.empty() ? src.constant : p.constants[static_cast<size_t>(v.node)];
+    return t.shape() == meta.shape ? t : t.reshape(meta.shape);
+  };
   for (size_t i = 0; i < n; ++i) {
     const Node& node = graph_.nodes[i];
     std::vector<TensorMeta> metas;
@@ -339,12 +330,24 @@ void Executor::plan_shapes(Plan& p, const std::vector<TensorMeta>& inputs) const
           throw InvalidArgumentError("graph: node %" + std::to_string(i) + " (" + node.op->name +
                                      ") rejects these input shapes: " + e.message());
         }
-        DType key = node.op->dispatch_input >= 0 ? in.at(static_cast<size_t>(node.op->dispatch_input)).dtype
-                                                 : metas.at(0).dtype;
-        p.kernels[i] = node.op->kernel(p.device.type, key);
-        if (!p.kernels[i] && !is_view_op(node.op))
+        if (is_view_op(node.op)) break;
+        const DType key = node.op->dispatch_input >= 0 ? in.at(static_cast<size_t>(node.op->dispatch_input)).dtype
+                                                       : metas.at(0).dtype;
+        if (!node.op->kernel(p.device.type, key))
           throw UnimplementedError("graph: op '" + node.op->name + "' has no " + device_type_name(p.device.type) +
                                    " kernel for dtype " + std::string(dtype_name(key)));
+        std::vector<Tensor> constants(node.inputs.size());
+        for (size_t j = 0; j < node.inputs.size(); ++j) constants[j] = constant_of(node.inputs[j], in[j]);
+        p.prepared_by[i] = node.op->prepare(p.device.type, key);
+        const PreparedKernel* prev =
+            previous && p.prepared_by[i] && previous->prepared_by[i] == p.prepared_by[i] ? previous->kernels[i].get()
+                                                                                      : nullptr;
+        try {
+          p.kernels[i] = prepare_kernel({*node.op, p.device.type, in, metas, constants, node.attrs, prev});
+        } catch (const Error& e) {
+          throw InvalidArgumentError("graph: node %" + std::to_string(i) + " (" + node.op->name +
+                                     ") cannot be prepared for these input shapes: " + e.message());
+        }
         break;
       }
     }
@@ -453,7 +456,6 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
                                std::to_string(inputs.size()));
   auto p = std::make_shared<Plan>();
   p->device = device;
-  p->caches = plans_.empty() ? make_kernel_caches(graph_) : plans_.begin()->second->caches;
   const size_t n = graph_.nodes.size();
   p->bufs.resize(n);
   if (device.type != DeviceType::kCPU) {
@@ -461,7 +463,7 @@ std::shared_ptr<Executor::Plan> Executor::plan_for(const std::vector<TensorMeta>
     for (size_t i = 0; i < n; ++i)
       if (graph_.nodes[i].kind == NodeKind::kConstant) p->constants[i] = graph_.nodes[i].constant.to(device);
   }
-  plan_shapes(*p, inputs);
+  plan_shapes(*p, inputs, plan_order_.empty() ? nullptr : plans_.at(plan_order_.back()).get());
   plan_offsets(*p, plan_liveness(*p));
   // Bounded: callers with ever-new shapes (a server's batch sizes) must not grow the
   // cache without limit. Evicted plans live on while a run holds them.
@@ -554,15 +556,14 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
         attrs = a.get();
       }
       OpContext ctx{*node.op, in, out, *attrs};
-      KernelCacheScope cache((*p.caches)[i].get());
       if (profile) {
         const double t0 = detail::now_us();
-        p.kernels[i](ctx);
+        p.kernels[i]->run(ctx);
         const TensorMeta& m = p.bufs[i][0].meta;
         detail::record_op(node.op->name, static_cast<int>(i), std::string(dtype_name(m.dtype)) + m.shape.str(), t0,
                           detail::now_us() - t0);
       } else {
-        p.kernels[i](ctx);
+        p.kernels[i]->run(ctx);
       }
     }
   };

@@ -11,6 +11,7 @@
 
 #include "kiln/core/file_io.h"
 #include "kiln/core/flags.h"
+#include "kiln/core/kernel.h"
 
 namespace kiln::graph {
 namespace {
@@ -26,6 +27,7 @@ struct Profiler {
   std::atomic<bool> on{false};
   std::mutex mu;
   std::vector<Event> events;
+  std::vector<KernelFallback> fallbacks_before;  // kernel_fallbacks() when profiling started
   std::string exit_path;
 };
 
@@ -57,7 +59,18 @@ std::string escape(const std::string& s) {
   return o;
 }
 
-std::string to_json(const std::vector<Event>& ev) {
+// Fallbacks counted since profiling started.
+std::vector<KernelFallback> new_fallbacks(const std::vector<KernelFallback>& before) {
+  std::vector<KernelFallback> now = kernel_fallbacks(), v;
+  for (KernelFallback& f : now) {
+    for (const KernelFallback& b : before)
+      if (b.op == f.op && b.why == f.why) f.count -= b.count;
+    if (f.count > 0) v.push_back(std::move(f));
+  }
+  return v;
+}
+
+std::string to_json(const std::vector<Event>& ev, const std::vector<KernelFallback>& fallbacks) {
   std::ostringstream os;
   os.precision(3);
   os << std::fixed << "{\"traceEvents\":[";
@@ -67,20 +80,31 @@ std::string to_json(const std::vector<Event>& ev) {
        << ",\"dur\":" << e.dur << ",\"pid\":1,\"tid\":" << e.tid << ",\"args\":{\"node\":" << e.node
        << ",\"shape\":\"" << escape(e.shape) << "\"}}";
   }
-  os << "\n],\"displayTimeUnit\":\"ms\"}\n";
+  // Kernels that left their fast path (kiln/core/kernel.h) while profiling: a key
+  // Chrome-trace viewers ignore.
+  os << "\n],\"kernelFallbacks\":[";
+  for (size_t i = 0; i < fallbacks.size(); ++i)
+    os << (i ? "," : "") << "{\"op\":\"" << escape(fallbacks[i].op) << "\",\"why\":\"" << escape(fallbacks[i].why)
+       << "\",\"count\":" << fallbacks[i].count << "}";
+  os << "],\"displayTimeUnit\":\"ms\"}\n";
   return os.str();
 }
 
 }  // namespace
 
-void start_profiling() { prof().on = true; }
+void start_profiling() {
+  Profiler& p = prof();
+  std::lock_guard<std::mutex> lock(p.mu);
+  if (!p.on) p.fallbacks_before = kernel_fallbacks();
+  p.on = true;
+}
 bool profiling() { return prof().on.load(std::memory_order_relaxed); }
 
 std::string stop_profiling() {
   Profiler& p = prof();
   p.on = false;
   std::lock_guard<std::mutex> lock(p.mu);
-  std::string j = to_json(p.events);
+  std::string j = to_json(p.events, new_fallbacks(p.fallbacks_before));
   p.events.clear();
   return j;
 }
@@ -90,7 +114,7 @@ void write_profile(const std::string& path) {
   std::string j;
   {
     std::lock_guard<std::mutex> lock(p.mu);
-    j = to_json(p.events);
+    j = to_json(p.events, new_fallbacks(p.fallbacks_before));
   }
   write_file_atomic(path, j);
 }

@@ -6,6 +6,7 @@
 #include "kiln/autodiff/tape.h"
 #include "kiln/autodiff/variable.h"
 #include "kiln/core/dtype.h"
+#include "kiln/core/kernel.h"
 #include "kiln/core/random.h"
 #include "kiln/core/tensor.h"
 #include "kiln/core/tensor_spec.h"
@@ -293,7 +294,19 @@ TEST(ProfilerTest, ChromeTraceHasOneEventPerExecutedOp) {
   EXPECT_EQ(count("\"ph\":\"X\""), 6);  // 3 ops x 2 runs
   EXPECT_EQ(count("\"name\":\"tanh\""), 2);
   EXPECT_EQ(count("\"shape\":\"f32[3, 4]\""), 6);
-  EXPECT_EQ(graph::stop_profiling(), "{\"traceEvents\":[\n],\"displayTimeUnit\":\"ms\"}\n");  // cleared
+  EXPECT_EQ(graph::stop_profiling(), "{\"traceEvents\":[\n],\"kernelFallbacks\":[],\"displayTimeUnit\":\"ms\"}\n");  // cleared
+}
+
+// Kernel fallbacks counted while profiling are in the trace; earlier ones are not.
+TEST(ProfilerTest, ChromeTraceCountsKernelFallbacksWhileProfiling) {
+  note_kernel_fallback("test_profiled_op", "before profiling");
+  graph::start_profiling();
+  note_kernel_fallback("test_profiled_op", "while profiling");
+  note_kernel_fallback("test_profiled_op", "while profiling");
+  const std::string json = graph::stop_profiling();
+  EXPECT_NE(json.find("{\"op\":\"test_profiled_op\",\"why\":\"while profiling\",\"count\":2}"), std::string::npos)
+      << json;
+  EXPECT_EQ(json.find("before profiling"), std::string::npos) << json;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "kiln/core/attrs.h"
 #include "kiln/core/device.h"
+#include "kiln/core/kernel.h"
 #include "kiln/core/tensor.h"
 
 namespace kiln {
@@ -52,5 +53,11 @@ Tensor call_op1(const OpDef& op, std::span<const Tensor> inputs, const Attrs& at
 // chosen as call_op chooses it. Throws UnimplementedError when there is none.
 void run_kernel(const char* op, DeviceType device, std::span<const Tensor> inputs, std::span<Tensor> outputs,
                 const Attrs& attrs);
+
+// The kernel of ctx.op for ctx.device, chosen as call_op chooses it, prepared for
+// ctx's shapes and constants: a two-phase kernel's prepare step, a plain kernel as it
+// is. What the graph executor runs, and how one kernel prepares another it composes
+// (a quantised convolution's f32 route). Throws UnimplementedError when there is none.
+std::unique_ptr<const PreparedKernel> prepare_kernel(const PrepareContext& ctx);
 
 }  // namespace kiln

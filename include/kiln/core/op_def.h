@@ -104,6 +104,11 @@ struct OpDef {
   KernelFn kernel(DeviceType dev, DType dt) const {
     return kernels_[static_cast<int>(dev)][static_cast<int>(dt)];
   }
+  // The kernel's prepare step for (device type, dtype) when it is a two-phase kernel
+  // (kiln/core/kernel.h), or nullptr; kernel() is then its eager form.
+  PrepareFn prepare(DeviceType dev, DType dt) const {
+    return prepares_[static_cast<int>(dev)][static_cast<int>(dt)];
+  }
   // Whether any kernel is registered for `dev`.
   bool has_kernels(DeviceType dev) const;
 
@@ -111,6 +116,7 @@ struct OpDef {
   friend class OpRegistry;
   // kernels_[device type][dtype]; written only by the registry.
   std::array<std::array<KernelFn, kNumDTypes>, kNumDeviceTypes> kernels_{};
+  std::array<std::array<PrepareFn, kNumDTypes>, kNumDeviceTypes> prepares_{};
 };
 
 class OpRegistry {
@@ -126,7 +132,7 @@ class OpRegistry {
 
   // Registration (static initialisation; ops, kernels and vjps in any order).
   void define(OpDef def);
-  void register_kernel(std::string_view op, DeviceType dev, DType dt, KernelFn fn);
+  void register_kernel(std::string_view op, DeviceType dev, DType dt, KernelFn fn, PrepareFn prepare = nullptr);
   void register_vjp(std::string_view op, VjpFn fn);
   void register_traits(std::string_view op, const OpTraits& traits);
 

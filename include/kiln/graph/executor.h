@@ -81,7 +81,7 @@ class Executor {
   // plan_for's phases, in order: output shapes and kernels; the schedule and buffer
   // liveness (with the pinned outputs and in-place variable updates); arena offsets.
   struct Liveness;
-  void plan_shapes(Plan& p, const std::vector<TensorMeta>& inputs) const;
+  void plan_shapes(Plan& p, const std::vector<TensorMeta>& inputs, const Plan* previous) const;
   Liveness plan_liveness(Plan& p) const;
   void plan_offsets(Plan& p, const Liveness& l) const;
   // Marks the assigned values a run may write over their variables' buffers.

@@ -2,7 +2,8 @@
 // Per-op profiles of graph execution as a Chrome trace (JSON "traceEvents", complete
 // "X" events in microseconds), viewable in Perfetto or chrome://tracing: one event per
 // executed op node with its name, node number and output shape, on the thread that
-// ran it.
+// ran it; and, under "kernelFallbacks", how often kernels could not take their fast
+// path while profiling ({op, why, count}; kiln::kernel_fallbacks()).
 //
 // Turn it on with start_profiling() or the KILN_PROFILE=path environment variable
 // (read when the first graph runs); with the variable set, the trace is written to

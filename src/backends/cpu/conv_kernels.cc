@@ -8,11 +8,13 @@
 // activations). f64 uses direct loops (reference grade); f16/bf16 widen to f32.
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "direct_conv.h"
 #include "kiln/core/kernel.h"
-#include "core/kernel_cache.h"
+#include "kernel_selection.h"
 #include "kiln/core/parallel.h"
 #include "nn_kernel_util.h"
 #include "pool_2x2.h"
@@ -125,56 +127,19 @@ void conv_backward_filter_loop(const Conv2dGeometry& g, const T* x, const T* dy,
 
 // ---- direct NHWC kernel (f32; direct_conv.h) ----------------------------------------------
 
-constexpr int64_t kEagerWinogradPixels = 1024;  // output pixels (n * oh * ow)
-
-// Forward and backward-data problems the general tile would run, where oneDNN's
-// AVX-512 kernels are faster (direct_conv::uses_general_tile; its filter gradient is
-// level with them and stays).
-bool to_onednn(const direct_conv::Problem& p) {
-  return direct_conv::uses_general_tile(p) && onednn::runs_avx512() && !direct_conv::general_tile_forced();
+// The filter in the direct kernel's layout. backward: the backward-data problem's
+// filter (flipped, channels swapped).
+size_t direct_filter_size(const direct_conv::Problem& p, bool backward) {
+  return direct_conv::packed_size(backward ? direct_conv::backward_data_problem(p) : p);
 }
-
-// The direct kernel's forward problem for `g`, when it handles it (filter_grad: when
-// its filter-gradient kernel does).
-bool direct_problem(const Conv2dGeometry& g, direct_conv::Problem& p, bool filter_grad = false) {
-  const auto& v = g.win;
-  if (g.nchw || g.groups != 1 || v.sh != 1 || v.sw != 1 || v.dh != 1 || v.dw != 1) return false;
-  p.n = g.n, p.h = g.h, p.w = g.w, p.c = g.c, p.o = g.o;
-  p.kh = v.kh, p.kw = v.kw, p.pt = v.pt, p.pb = v.pb, p.pl = v.pl, p.pr = v.pr;
-  if (p.oh() != v.oh || p.ow() != v.ow) return false;
-  // Winograd transforms the filter: free when a graph keeps it (a constant), on every
-  // call otherwise, where a few images do not pay for it (measured, eager, the cnn's
-  // 14x14 layer against the direct tiles: batch 1 0.8x, batch 8 (1568 pixels) 1.06-1.3x,
-  // batch 64 1.4-1.6x).
-  KernelCache* cache = current_kernel_cache();
-  p.allow_winograd = (cache && cache->constant_input(1)) || p.n * p.oh() * p.ow() >= kEagerWinogradPixels;
-  return filter_grad ? direct_conv::supports_backward_filter(p) : (direct_conv::supports(p) && !to_onednn(p));
+void pack_direct_filter(const direct_conv::Problem& p, const float* hwio, bool backward, float* dst) {
+  backward ? direct_conv::pack_filter_backward(p, hwio, dst) : direct_conv::pack_filter(p, hwio, dst);
 }
-
-// The filter in the direct kernel's layout: packed once per graph node when it is a
-// graph constant, else into a per-thread scratch buffer on every call (a few us).
-// backward: the backward-data problem's filter (flipped, channels swapped).
-const float* direct_filter(const direct_conv::Problem& p, const float* hwio, bool backward,
-                           std::shared_ptr<const std::vector<float>>& hold) {
-  auto pack = [&](float* dst) {
-    backward ? direct_conv::pack_filter_backward(p, hwio, dst) : direct_conv::pack_filter(p, hwio, dst);
-  };
-  const direct_conv::Problem runs = backward ? direct_conv::backward_data_problem(p) : p;
-  const size_t size = direct_conv::packed_size(runs);
-  KernelCache* cache = current_kernel_cache();
-  if (cache && cache->constant_input(1)) {
-    const std::string key = std::string(backward ? "direct conv filter bwd" : "direct conv filter") +
-                            (direct_conv::uses_winograd(runs) ? " winograd" : "");
-    hold = cache->get<std::vector<float>>(key, [&] {
-      std::vector<float> v(size);
-      pack(v.data());
-      return v;
-    });
-    return hold->data();
-  }
+// A filter known only at run time, packed into a per-thread scratch buffer (a few us).
+const float* scratch_direct_filter(const direct_conv::Problem& p, const float* hwio, bool backward) {
   thread_local std::vector<float> scratch;
-  scratch.resize(size);
-  pack(scratch.data());
+  scratch.resize(direct_filter_size(p, backward));
+  pack_direct_filter(p, hwio, backward, scratch.data());
   return scratch.data();
 }
 
@@ -255,40 +220,100 @@ memory to_internal(const char* kind, const DnnlConv& c, const memory::desc& want
   return im;
 }
 
-// The same for a forward filter, reordered once per graph node when it is a graph
-// constant (kiln/core/kernel_cache.h): an inference graph's convolutions then read
-// oneDNN's layout directly (the reorder costs 5-15 us per call at batch 1).
-memory forward_filter(const DnnlConv& c, const memory::desc& want, void* user) {
-  KernelCache* cache = current_kernel_cache();
-  if (!cache || !cache->constant_input(1) || want == c.user_w) return to_internal("fwd", c, want, user);
-  memory m = *cache->get<memory>("conv filter " + onednn::desc_key(want), [&] {
-    memory im = to_internal("fwd", c, want, user);
+// conv2d and fused_conv2d (f32), prepared per node and shapes: the geometry and attrs
+// parsed and the algorithm chosen once (select_conv_forward); a constant filter packed
+// once into the direct kernel's layout or reordered into the oneDNN primitive's (the
+// reorder costs 5-15 us per call at batch 1), shared with the node's other shapes when
+// they want the same layout.
+class ConvForwardF32 final : public PreparedKernel {
+ public:
+  ConvForwardF32(const PrepareContext& pc, bool fused);
+  void run(OpContext& ctx) const override {
+    if (algo_ == ConvAlgo::kNothing) return;
+    if (pooled_) pooled(ctx);
+    else forward(ctx, static_cast<float*>(ctx.out[0].raw_data()));
+  }
+
+ private:
+  // The convolution's whole output into y (NHWC or NCHW as the attrs say), the ReLU
+  // fused when relu_.
+  void forward(OpContext& ctx, float* y) const;
+  void pooled(OpContext& ctx) const;
+  const float* direct_filter(const OpContext& ctx) const {
+    return direct_w_ ? direct_w_->data()
+                     : scratch_direct_filter(dp_, static_cast<const float*>(ctx.in[1].raw_data()), false);
+  }
+  dnnl::primitive primitive() const {
+    return onednn::cached(primitive_key_, [&]() -> dnnl::primitive {
+      return dnnl::convolution_forward(dnnl_->forward_pd(dnnl::prop_kind::forward_inference, relu_));
+    });
+  }
+
+  Conv2dGeometry g_;
+  bool relu_ = false, pooled_ = false, pool_mask_ = false;
+  ConvAlgo algo_ = ConvAlgo::kOneDnn;
+  direct_conv::Problem dp_;
+  std::shared_ptr<const std::vector<float>> direct_w_;  // a constant filter in the direct layout
+  std::optional<DnnlConv> dnnl_;                         // kOneDnn: the problem as oneDNN sees it
+  std::string primitive_key_;                            // kOneDnn: its key in onednn::cached
+  memory::desc dnnl_w_md_;                               // the layout the primitive wants
+  std::shared_ptr<const memory> dnnl_w_;                 // a constant filter in that layout
+};
+
+ConvForwardF32::ConvForwardF32(const PrepareContext& pc, bool fused) {
+  g_ = conv2d_geometry("conv2d", pc.in[0].shape, pc.in[1].shape, pc.attrs);
+  relu_ = fused && pc.attrs.get_string("activation", "") == "relu";
+  pooled_ = fused && pc.attrs.get_int("max_pool", 0) == 2;
+  pool_mask_ = pooled_ && pc.attrs.get_bool("pool_mask", false);
+  const Tensor* w = pc.constant(1);
+  algo_ = select_conv_forward(g_, w != nullptr, &dp_);
+  const auto* prev = dynamic_cast<const ConvForwardF32*>(pc.previous);
+  if (algo_ == ConvAlgo::kDirect && w) {
+    const bool winograd = direct_conv::uses_winograd(dp_);
+    if (prev && prev->direct_w_ && prev->dp_.c == dp_.c && prev->dp_.o == dp_.o && prev->dp_.kh == dp_.kh &&
+        prev->dp_.kw == dp_.kw && direct_conv::uses_winograd(prev->dp_) == winograd) {
+      direct_w_ = prev->direct_w_;
+    } else {
+      auto v = std::make_shared<std::vector<float>>(direct_filter_size(dp_, false));
+      pack_direct_filter(dp_, w->data<float>(), false, v->data());
+      direct_w_ = std::move(v);
+    }
+  }
+  if (algo_ != ConvAlgo::kOneDnn) return;
+  dnnl_.emplace(g_, pc.in.size() == 3);
+  primitive_key_ = "conv_fwd|" + dnnl_->key + (relu_ ? "|relu" : "");
+  if (!w) return;
+  try {
+    onednn::SerialScope one_thread(dnnl_->serial);
+    dnnl_w_md_ = nn::queried_md(primitive(), dnnl_query_weights_md);
+    if (dnnl_w_md_ == dnnl_->user_w) return;  // the user's layout: nothing to keep
+    if (prev && prev->dnnl_w_ && prev->dnnl_w_md_ == dnnl_w_md_) {
+      dnnl_w_ = prev->dnnl_w_;
+      return;
+    }
+    memory m = to_internal("fwd", *dnnl_, dnnl_w_md_, const_cast<void*>(w->raw_data()));
     onednn::stream().wait();
-    return im;
-  });
-  return m;
+    dnnl_w_ = std::make_shared<const memory>(std::move(m));
+  } catch (const dnnl::error&) {
+    // run() tries again and falls back (counted) if oneDNN still fails.
+  }
 }
 
-// conv2d, and fused_conv2d (relu: a ReLU post-op, one pass over the output), into y
-// (the convolution's whole output, NHWC or NCHW as the attrs say).
-void conv2d_forward_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu, float* y) {
+void ConvForwardF32::forward(OpContext& ctx, float* y) const {
+  const Conv2dGeometry& g = g_;
   const bool with_bias = ctx.in.size() == 3;
   const float* bias = with_bias ? static_cast<const float*>(ctx.in[2].raw_data()) : nullptr;
-  direct_conv::Problem dp;
-  if (direct_problem(g, dp)) {
-    std::shared_ptr<const std::vector<float>> hold;
-    const float* w = direct_filter(dp, static_cast<const float*>(ctx.in[1].raw_data()), false, hold);
-    direct_conv::run(dp, static_cast<const float*>(ctx.in[0].raw_data()), w, bias, y, relu);
+  if (algo_ == ConvAlgo::kDirect) {
+    direct_conv::run(dp_, static_cast<const float*>(ctx.in[0].raw_data()), direct_filter(ctx), bias, y, relu_);
     return;
   }
-  DnnlConv c(g, with_bias);
+  const DnnlConv& c = *dnnl_;
   onednn::SerialScope one_thread(c.serial);
   try {
-    dnnl::primitive p = onednn::cached("conv_fwd|" + c.key + (relu ? "|relu" : ""), [&]() -> dnnl::primitive {
-      return dnnl::convolution_forward(c.forward_pd(dnnl::prop_kind::forward_inference, relu));
-    });
+    dnnl::primitive p = primitive();
     auto& eng = onednn::engine();
-    memory wm = forward_filter(c, nn::queried_md(p, dnnl_query_weights_md), ctx.in[1].raw_data());
+    memory wm = dnnl_w_ ? *dnnl_w_
+                        : to_internal("fwd", c, nn::queried_md(p, dnnl_query_weights_md), ctx.in[1].raw_data());
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(c.src, eng, ctx.in[0].raw_data())},
                                          {DNNL_ARG_WEIGHTS, wm},
                                          {DNNL_ARG_DST, memory(c.dst, eng, y)}};
@@ -296,9 +321,10 @@ void conv2d_forward_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu, floa
     p.execute(onednn::stream(), args);
     onednn::stream().wait();
   } catch (const dnnl::error&) {
+    note_kernel_fallback("conv2d", "oneDNN failed: reference loop");
     conv_forward_loop<float>(g, static_cast<const float*>(ctx.in[0].raw_data()),
                              static_cast<const float*>(ctx.in[1].raw_data()), bias, y);
-    if (relu) {
+    if (relu_) {
       const int64_t n = g.n * g.win.oh * g.win.ow * g.o;
       for (int64_t i = 0; i < n; ++i) y[i] = std::max(y[i], 0.0f);
     }
@@ -312,12 +338,14 @@ void conv2d_forward_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu, floa
 // rows, padding where the band meets the image's edge) run on one thread into an
 // L2-sized scratch, pooled from there into y. Other convolutions (oneDNN's) write their
 // output to a scratch first.
-void conv2d_pooled_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu) {
+void ConvForwardF32::pooled(OpContext& ctx) const {
+  const Conv2dGeometry& g = g_;
+  const bool relu = relu_;
   const int64_t OH = g.win.oh, OW = g.win.ow, O = g.o, PH = OH / 2, PW = OW / 2;
   float* y = static_cast<float*>(ctx.out[0].raw_data());
   // Attr conv_output: the convolution's rows go to the second output (then pooled from
   // cache). Attr pool_mask: the second output is the pool's mask (pool_2x2.h).
-  const bool with_mask = ctx.attrs.get_bool("pool_mask", false);
+  const bool with_mask = pool_mask_;
   float* conv_out = ctx.out.size() > 1 && !with_mask ? static_cast<float*>(ctx.out[1].raw_data()) : nullptr;
   uint8_t* mask = with_mask ? static_cast<uint8_t*>(ctx.out[1].raw_data()) : nullptr;
   // Pools convolution rows r0 and the next into pooled row `row` (image * PH + row in it).
@@ -327,19 +355,18 @@ void conv2d_pooled_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu) {
     else
       max_pool_2x2_row(r0, r0 + OW * O, PW, O, y + row * PW * O);
   };
-  direct_conv::Problem dp;
-  if (!direct_problem(g, dp)) {
+  const direct_conv::Problem& dp = dp_;
+  if (algo_ != ConvAlgo::kDirect) {
     std::vector<float> full;
     if (!conv_out) full.resize(static_cast<size_t>(g.n * OH * OW * O));
     float* c = conv_out ? conv_out : full.data();
-    conv2d_forward_f32(ctx, g, relu, c);
+    forward(ctx, c);
     parallel_for(g.n * PH, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) pool_row(c + (r / PH * OH + 2 * (r % PH)) * OW * O, r);
     });
     return;
   }
-  std::shared_ptr<const std::vector<float>> hold;
-  const float* w = direct_filter(dp, static_cast<const float*>(ctx.in[1].raw_data()), false, hold);
+  const float* w = direct_filter(ctx);
   const float* x = static_cast<const float*>(ctx.in[0].raw_data());
   const float* bias = ctx.in.size() == 3 ? static_cast<const float*>(ctx.in[2].raw_data()) : nullptr;
   const int64_t bands = std::clamp<int64_t>((2 * num_threads() + g.n - 1) / g.n, 1, PH);
@@ -365,20 +392,13 @@ void conv2d_pooled_f32(OpContext& ctx, const Conv2dGeometry& g, bool relu) {
   });
 }
 
-void conv2d_f32(OpContext& ctx) {
-  if (ctx.out[0].numel() == 0) return;
-  const Conv2dGeometry g = conv2d_geometry("conv2d", ctx.in[0].shape(), ctx.in[1].shape(), ctx.attrs);
-  conv2d_forward_f32(ctx, g, false, static_cast<float*>(ctx.out[0].raw_data()));
+std::unique_ptr<const PreparedKernel> prepare_conv2d_f32(const PrepareContext& pc) {
+  return std::make_unique<ConvForwardF32>(pc, false);
 }
-void fused_conv2d_f32(OpContext& ctx) {
-  if (ctx.out[0].numel() == 0) return;
-  const Conv2dGeometry g = conv2d_geometry("conv2d", ctx.in[0].shape(), ctx.in[1].shape(), ctx.attrs);
-  const bool relu = ctx.attrs.get_string("activation", "") == "relu";
-  if (ctx.attrs.get_int("max_pool", 0) == 2)
-    conv2d_pooled_f32(ctx, g, relu);
-  else
-    conv2d_forward_f32(ctx, g, relu, static_cast<float*>(ctx.out[0].raw_data()));
+std::unique_ptr<const PreparedKernel> prepare_fused_conv2d_f32(const PrepareContext& pc) {
+  return std::make_unique<ConvForwardF32>(pc, true);
 }
+constexpr KernelFn conv2d_f32 = &detail::run_prepared_eagerly<prepare_conv2d_f32>;
 
 Conv2dGeometry backward_data_geometry(const OpContext& ctx) {
   return conv2d_geometry("conv2d_backward_data", Shape(ctx.attrs.get_ints("input_shape")), ctx.in[1].shape(),
@@ -398,15 +418,11 @@ void conv2d_backward_data_f32(OpContext& ctx) {
     return;
   }
   direct_conv::Problem dp;
-  if (direct_problem(g, dp)) {
-    const direct_conv::Problem bp = direct_conv::backward_data_problem(dp);
-    if (direct_conv::supports(bp) && !to_onednn(bp)) {
-      std::shared_ptr<const std::vector<float>> hold;
-      const float* w = direct_filter(dp, static_cast<const float*>(ctx.in[1].raw_data()), true, hold);
-      direct_conv::run(bp, static_cast<const float*>(ctx.in[0].raw_data()), w, nullptr,
-                       static_cast<float*>(dx.raw_data()), false);
-      return;
-    }
+  if (select_conv_backward_data(g, &dp) == ConvAlgo::kDirect) {
+    const float* w = scratch_direct_filter(dp, static_cast<const float*>(ctx.in[1].raw_data()), true);
+    direct_conv::run(direct_conv::backward_data_problem(dp), static_cast<const float*>(ctx.in[0].raw_data()), w,
+                     nullptr, static_cast<float*>(dx.raw_data()), false);
+    return;
   }
   DnnlConv c(g, false);
   onednn::SerialScope one_thread(c.serial);
@@ -425,6 +441,7 @@ void conv2d_backward_data_f32(OpContext& ctx) {
                                  {DNNL_ARG_DIFF_SRC, memory(c.src, eng, dx.raw_data())}});
     onednn::stream().wait();
   } catch (const dnnl::error&) {
+    note_kernel_fallback("conv2d_backward_data", "oneDNN failed: reference loop");
     conv_backward_data_loop<float>(g, static_cast<const float*>(ctx.in[0].raw_data()),
                                    static_cast<const float*>(ctx.in[1].raw_data()), static_cast<float*>(dx.raw_data()));
   }
@@ -439,7 +456,7 @@ void conv2d_backward_filter_f32(OpContext& ctx) {
     return;
   }
   direct_conv::Problem dp;
-  if (direct_problem(g, dp, true)) {
+  if (select_conv_backward_filter(g, &dp) == ConvAlgo::kDirect) {
     direct_conv::backward_filter(dp, static_cast<const float*>(ctx.in[0].raw_data()),
                                  static_cast<const float*>(ctx.in[1].raw_data()), static_cast<float*>(dw.raw_data()));
     return;
@@ -469,6 +486,7 @@ void conv2d_backward_filter_f32(OpContext& ctx) {
     }
     onednn::stream().wait();
   } catch (const dnnl::error&) {
+    note_kernel_fallback("conv2d_backward_filter", "oneDNN failed: reference loop");
     conv_backward_filter_loop<float>(g, static_cast<const float*>(ctx.in[0].raw_data()),
                                      static_cast<const float*>(ctx.in[1].raw_data()),
                                      static_cast<float*>(dw.raw_data()));
@@ -492,8 +510,8 @@ void conv2d_backward_filter_f64(OpContext& ctx) {
 }
 
 const std::initializer_list<DType> k16 = {DType::kF16, DType::kBF16};
-KILN_REGISTER_KERNEL("conv2d", kCPU, DType::kF32, conv2d_f32);
-KILN_REGISTER_KERNEL("fused_conv2d", kCPU, DType::kF32, fused_conv2d_f32);
+KILN_REGISTER_PREPARED_KERNEL("conv2d", kCPU, DType::kF32, prepare_conv2d_f32);
+KILN_REGISTER_PREPARED_KERNEL("fused_conv2d", kCPU, DType::kF32, prepare_fused_conv2d_f32);
 KILN_REGISTER_KERNEL("conv2d", kCPU, DType::kF64, conv2d_f64);
 KILN_REGISTER_KERNEL("conv2d", kCPU, k16, via_f32<conv2d_f32>);
 KILN_REGISTER_KERNEL("conv2d_backward_data", kCPU, DType::kF32, conv2d_backward_data_f32);

@@ -10,7 +10,6 @@
 
 #include "../common/fused_program.h"
 #include "kiln/core/kernel.h"
-#include "core/kernel_cache.h"
 #include "kernel_util.h"
 #include "loops.h"
 #include "vecmath.h"
@@ -45,7 +44,7 @@ struct Instr {
 // o[i] = f(x[i]) or f(x[i], y[i]) over one block. o may be x or y (the last
 // instruction writes the output, which the executor may place over an input): each
 // element is read before it is written, and the simd pragma needs no __restrict.
-void run(const Instr& in, const float* x, const float* y, float* o, int64_t n) {
+void run_instr(const Instr& in, const float* x, const float* y, float* o, int64_t n) {
   switch (in.code) {
 #define KILN_U(CODE, EXPR)                                      \
   case Code::CODE:                                              \
@@ -99,26 +98,34 @@ void fill_periodic(const float* src, int64_t period, int64_t start, float* dst, 
   }
 }
 
-// Input r is broadcast along leading dims (more than one element, fewer than the output).
-bool periodic(const OpContext& ctx, size_t r) {
-  const int64_t size = ctx.in[r].numel();
-  return size > 1 && size < ctx.out[0].numel();
-}
+// The program and its block assignment, from the attrs and which inputs are scalars or
+// broadcast: prepared once per graph node and shapes.
+class FusedProgram final : public PreparedKernel {
+ public:
+  explicit FusedProgram(const PrepareContext& pc);
+  void run(OpContext& ctx) const override;
 
-// The program and its block assignment: from the attrs and which inputs are scalars or
-// broadcast, so a graph node prepares it once (kiln/core/kernel_cache.h).
-struct Prepared {
-  std::vector<Instr> prog;
-  std::vector<int> block_of;  // per register: its scratch block, -1 = read the tensor directly
-  int n_slots = 0;
+ private:
+  std::vector<Instr> prog_;
+  std::vector<int> block_of_;  // per register: its scratch block, -1 = read the tensor directly
+  int n_slots_ = 0;
+  std::vector<int64_t> period_;  // per input: > 0 broadcast along leading dims (its size), 0 = not
+  std::vector<uint8_t> scalar_;  // per input: one element (broadcast to a larger output)
 };
 
-Prepared prepare(const OpContext& ctx) {
-  std::vector<Instr> prog;
-  for (const backends::FusedStep& st : backends::fused_program(ctx.attrs)) prog.push_back({code_of(st.op), st.a, st.b});
-  const int n_in = static_cast<int>(ctx.in.size());
+FusedProgram::FusedProgram(const PrepareContext& pc) {
+  std::vector<Instr>& prog = prog_;
+  for (const backends::FusedStep& st : backends::fused_program(pc.attrs)) prog.push_back({code_of(st.op), st.a, st.b});
+  const int n_in = static_cast<int>(pc.in.size());
   const int n_regs = n_in + static_cast<int>(prog.size());
-  const int64_t numel = ctx.out[0].numel();
+  const int64_t numel = pc.out[0].shape.numel();
+  period_.assign(pc.in.size(), 0);
+  scalar_.assign(pc.in.size(), 0);
+  for (size_t r = 0; r < pc.in.size(); ++r) {
+    const int64_t size = pc.in[r].shape.numel();
+    scalar_[r] = size == 1;
+    if (size > 1 && size < numel) period_[r] = size;  // broadcast along leading dims
+  }
   // Scratch blocks: one per scalar or broadcast input, and one per instruction result while it
   // is live (reused after its last reader, so a chain needs two): the working set
   // stays in L1 however long the program.
@@ -131,12 +138,11 @@ Prepared prepare(const OpContext& ctx) {
   // for the last time free theirs after the result took its own (an instruction never
   // writes a scratch block it reads). -1: read the tensor directly.
   std::vector<int> block_of(static_cast<size_t>(n_regs), -1);
-  int n_slots = 0;
   {
     std::vector<int> fs;
     int next = 0;
     for (int r = 0; r < n_in; ++r)
-      if ((ctx.in[static_cast<size_t>(r)].numel() == 1 && numel != 1) || periodic(ctx, static_cast<size_t>(r)))
+      if ((scalar_[static_cast<size_t>(r)] && numel != 1) || period_[static_cast<size_t>(r)] > 0)
         block_of[static_cast<size_t>(r)] = next++;
     for (size_t k = 0; k + 1 < prog.size(); ++k) {
       const int r = n_in + static_cast<int>(k);
@@ -151,47 +157,32 @@ Prepared prepare(const OpContext& ctx) {
       if (b >= n_in && b != a && last_use[static_cast<size_t>(b)] == static_cast<int>(k))
         fs.push_back(block_of[static_cast<size_t>(b)]);
     }
-    n_slots = next;
+    n_slots_ = next;
   }
-  return {std::move(prog), std::move(block_of), n_slots};
+  block_of_ = std::move(block_of);
 }
 
-void k_fused_elementwise(OpContext& ctx) {
-  KernelCache* cache = current_kernel_cache();
-  std::shared_ptr<const Prepared> prepared;
+void FusedProgram::run(OpContext& ctx) const {
   // Per-call state in the calling thread's buffers, which only grow: no heap allocation
   // once warm. (Named through references: a lambda does not capture a thread_local, the
   // pool's threads would see their own.)
-  thread_local std::string t_key;
   thread_local std::vector<float> t_scalars;
   thread_local std::vector<const float*> t_inputs;
-  thread_local std::vector<int64_t> t_period;
-  std::string& key = t_key;
   std::vector<float>& scalars = t_scalars;
   std::vector<const float*>& inputs = t_inputs;
-  std::vector<int64_t>& period = t_period;  // > 0: a broadcast input
-  if (cache) {
-    key.assign("program, scalar/broadcast inputs:");  // what the preparation reads besides the attrs
-    for (size_t r = 0; r < ctx.in.size(); ++r) key += ctx.in[r].numel() == 1 ? '1' : periodic(ctx, r) ? 'b' : '0';
-    key += ctx.out[0].numel() == 1 ? " scalar output" : "";
-    prepared = cache->get<Prepared>(key, [&] { return prepare(ctx); });
-  } else {
-    prepared = std::make_shared<const Prepared>(prepare(ctx));
-  }
-  const std::vector<Instr>& prog = prepared->prog;
-  const std::vector<int>& block_of = prepared->block_of;
-  const int n_slots = prepared->n_slots;
+  const std::vector<int64_t>& period = period_;
+  const std::vector<Instr>& prog = prog_;
+  const std::vector<int>& block_of = block_of_;
+  const int n_slots = n_slots_;
   const int n_in = static_cast<int>(ctx.in.size());
   const int n_regs = n_in + static_cast<int>(prog.size());
   const int64_t numel = ctx.out[0].numel();
   scalars.assign(static_cast<size_t>(n_in), 0.0f);
   inputs.assign(static_cast<size_t>(n_in), nullptr);
-  period.assign(static_cast<size_t>(n_in), 0);
   for (int r = 0; r < n_in; ++r) {
     const auto ru = static_cast<size_t>(r);
     inputs[ru] = static_cast<const float*>(ctx.in[ru].raw_data());
-    if (ctx.in[ru].numel() == 1) scalars[ru] = inputs[ru][0];
-    if (periodic(ctx, ru)) period[ru] = ctx.in[ru].numel();
+    if (scalar_[ru]) scalars[ru] = inputs[ru][0];
   }
   float* out = static_cast<float*>(ctx.out[0].raw_data());
   parallel_for(numel, kElementwiseGrain, [&](int64_t begin, int64_t end) {
@@ -214,14 +205,18 @@ void k_fused_elementwise(OpContext& ctx) {
         const Instr& in = prog[k];
         const int r = n_in + static_cast<int>(k);
         float* o = k + 1 == prog.size() ? out + i : block(r);
-        run(in, src[static_cast<size_t>(in.a)], in.b >= 0 ? src[static_cast<size_t>(in.b)] : nullptr, o, m);
+        run_instr(in, src[static_cast<size_t>(in.a)], in.b >= 0 ? src[static_cast<size_t>(in.b)] : nullptr, o, m);
         src[static_cast<size_t>(r)] = o;
       }
     }
   });
 }
 
-KILN_REGISTER_KERNEL("fused_elementwise", kCPU, DType::kF32, k_fused_elementwise);
+std::unique_ptr<const PreparedKernel> prepare_fused_elementwise(const PrepareContext& pc) {
+  return std::make_unique<FusedProgram>(pc);
+}
+
+KILN_REGISTER_PREPARED_KERNEL("fused_elementwise", kCPU, DType::kF32, prepare_fused_elementwise);
 
 }  // namespace
 }  // namespace kiln::cpu

@@ -1,16 +1,18 @@
 // CPU matmul: oneDNN for f32 (and bf16/f16 where the CPU has native support), except
 // a graph's matmuls against a constant B (small_gemm.h, packed_gemm.h) and dense
-// weight gradients (packed_gemm.h); otherwise bf16/f16 widen to f32;
+// weight gradients (packed_gemm.h), as select_matmul (kernel_selection.h) decides once
+// per node and shapes; otherwise bf16/f16 widen to f32;
 // f64 and integers use a cache-blocked loop.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kernel_util.h"
 #include "kiln/core/kernel.h"
-#include "core/kernel_cache.h"
+#include "kernel_selection.h"
 #include "kiln/core/parallel.h"
 #include "onednn.h"
 #include "packed_gemm.h"
@@ -25,11 +27,10 @@ struct MatmulGeom {
   int64_t batch = 1;  // number of output matrices
 };
 
-MatmulGeom geometry(const OpContext& ctx) {
-  const Shape &a = ctx.in[0].shape(), &b = ctx.in[1].shape(), &c = ctx.out[0].shape();
+MatmulGeom geometry(const Shape& a, const Shape& b, const Shape& c, const Attrs& attrs) {
   MatmulGeom g;
-  g.d.trans_a = ctx.attrs.get_bool("transpose_a", false);
-  g.d.trans_b = ctx.attrs.get_bool("transpose_b", false);
+  g.d.trans_a = attrs.get_bool("transpose_a", false);
+  g.d.trans_b = attrs.get_bool("transpose_b", false);
   g.d.M = c[c.rank() - 2];
   g.d.N = c[c.rank() - 1];
   g.d.K = g.d.trans_a ? a[a.rank() - 2] : a[a.rank() - 1];
@@ -44,80 +45,93 @@ MatmulGeom geometry(const OpContext& ctx) {
   return g;
 }
 
-// The kernel cache's key for B packed for `kernel` (small_gemm or packed_gemm): the
-// shape and transposition, formatted on the stack (no allocation per call).
-struct PackKey {
-  char text[64];
-  PackKey(const char* kernel, const onednn::GemmDims& d) {
-    std::snprintf(text, sizeof text, "%s B %lldx%lld%s", kernel, static_cast<long long>(d.K),
-                  static_cast<long long>(d.N), d.trans_b ? " T" : "");
+MatmulGeom geometry(const OpContext& ctx) {
+  return geometry(ctx.in[0].shape(), ctx.in[1].shape(), ctx.out[0].shape(), ctx.attrs);
+}
+
+// bias [N] (and ReLU) over the rows of c.
+void add_bias_rows(float* c, int64_t rows, int64_t n, const float* bias, bool relu) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = c + i * n;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) row[j] = relu ? std::max(row[j] + bias[j], 0.0f) : row[j] + bias[j];
   }
+}
+
+// f32 matmul and fused_matmul (activation(a @ b + bias)), prepared per node and shapes:
+// the algorithm chosen once (select_matmul), a constant B packed once (shared with the
+// node's other shapes when they need the same packing).
+class MatmulF32 final : public PreparedKernel {
+ public:
+  MatmulF32(const PrepareContext& pc, bool fused) {
+    g_ = geometry(pc.in[0].shape, pc.in[1].shape, pc.out[0].shape, pc.attrs);
+    relu_ = fused && pc.attrs.get_string("activation", "") == "relu";
+    const onednn::GemmDims& d = g_.d;
+    const Tensor* b = pc.constant(1);
+    algo_ = select_matmul({g_.batch, d.M, d.K, d.N, d.trans_a, d.trans_b, pc.in[0].shape.rank(),
+                           pc.in[1].shape.rank(), b != nullptr, fused});
+    if (algo_ != MatmulAlgo::kSmallGemm && algo_ != MatmulAlgo::kPackedGemm) return;
+    if (const auto* prev = dynamic_cast<const MatmulF32*>(pc.previous);
+        prev && prev->algo_ == algo_ && prev->g_.d.K == d.K && prev->g_.d.N == d.N && prev->g_.d.trans_b == d.trans_b) {
+      packed_b_ = prev->packed_b_;
+      return;
+    }
+    const bool small = algo_ == MatmulAlgo::kSmallGemm;
+    auto v = std::make_shared<std::vector<float>>(small ? small_gemm::packed_size(d.K, d.N)
+                                                        : packed_gemm::packed_size(d.K, d.N));
+    if (small) small_gemm::pack(b->data<float>(), d.K, d.N, d.trans_b, v->data());
+    else packed_gemm::pack(b->data<float>(), d.K, d.N, d.trans_b, v->data());
+    packed_b_ = std::move(v);
+  }
+
+  void run(OpContext& ctx) const override {
+    const onednn::GemmDims& d = g_.d;
+    const float* bias = ctx.in.size() > 2 ? ctx.in[2].data<float>() : nullptr;
+    const int64_t rows = g_.batch * d.M;
+    float* c = ctx.out[0].data<float>();
+    switch (algo_) {
+      case MatmulAlgo::kNothing: return;
+      case MatmulAlgo::kZeros:
+        std::memset(c, 0, ctx.out[0].nbytes());
+        if (bias) add_bias_rows(c, rows, d.N, bias, relu_);
+        return;
+      case MatmulAlgo::kSmallGemm:
+        small_gemm::run(ctx.in[0].data<float>(), rows, d.K, d.N, packed_b_->data(), bias, relu_, c);
+        return;
+      case MatmulAlgo::kPackedGemm:
+        packed_gemm::run(ctx.in[0].data<float>(), false, rows, d.K, d.N, packed_b_->data(), bias, relu_, c);
+        return;
+      case MatmulAlgo::kWeightGradient: {
+        thread_local std::vector<float> packed;  // per thread, only grows
+        const size_t need = packed_gemm::packed_size(d.K, d.N);
+        if (packed.size() < need) packed.resize(need);
+        packed_gemm::pack(ctx.in[1].data<float>(), d.K, d.N, false, packed.data());
+        packed_gemm::run(ctx.in[0].data<float>(), true, d.M, d.K, d.N, packed.data(), nullptr, false, c);
+        return;
+      }
+      case MatmulAlgo::kOneDnnThenBias:
+        onednn::gemm(d, DType::kF32, ctx.in[0].raw_data(), ctx.in[1].raw_data(), c);
+        add_bias_rows(c, rows, d.N, bias, relu_);
+        return;
+      case MatmulAlgo::kOneDnn:
+        if (bias) onednn::gemm(d, DType::kF32, ctx.in[0].raw_data(), ctx.in[1].raw_data(), bias, relu_, c);
+        else onednn::gemm(d, DType::kF32, ctx.in[0].raw_data(), ctx.in[1].raw_data(), c);
+        return;
+    }
+  }
+
+ private:
+  MatmulGeom g_;
+  bool relu_ = false;
+  MatmulAlgo algo_ = MatmulAlgo::kOneDnn;
+  std::shared_ptr<const std::vector<float>> packed_b_;
 };
 
-// A graph's matmul against a constant B [K, N] (or [N, K]): B packed once per node
-// for the small-M kernel (small_gemm.h: a few rows, or any against a tiny B) or the
-// 6x16 one (packed_gemm.h: up to kPackedGemmMaxRows rows, where it beats oneDNN). A's
-// batch dims, if any, are more rows (B has none). False when neither applies.
-constexpr int64_t kPackedGemmMaxRows = 512;  // level with oneDNN from here (docs/benchmarks.md)
-
-bool gemm_with_constant_b(const OpContext& ctx, const MatmulGeom& g, const float* bias, bool relu) {
-  const auto& d = g.d;
-  const int64_t rows = g.batch * d.M;
-  if (d.trans_a || ctx.in[1].shape().rank() != 2) return false;
-  const bool small = small_gemm::supports(rows, d.K, d.N);
-  if (!small && !(rows <= kPackedGemmMaxRows && packed_gemm::available())) return false;
-  KernelCache* cache = current_kernel_cache();
-  if (!cache || !cache->constant_input(1)) return false;
-  const float* b = ctx.in[1].data<float>();
-  const float* a = ctx.in[0].data<float>();
-  float* c = ctx.out[0].data<float>();
-  if (small) {
-    auto packed = cache->get<std::vector<float>>(PackKey("small gemm", d).text, [&] {
-      std::vector<float> v(small_gemm::packed_size(d.K, d.N));
-      small_gemm::pack(b, d.K, d.N, d.trans_b, v.data());
-      return v;
-    });
-    small_gemm::run(a, rows, d.K, d.N, packed->data(), bias, relu, c);
-  } else {
-    auto packed = cache->get<std::vector<float>>(PackKey("packed gemm", d).text, [&] {
-      std::vector<float> v(packed_gemm::packed_size(d.K, d.N));
-      packed_gemm::pack(b, d.K, d.N, d.trans_b, v.data());
-      return v;
-    });
-    packed_gemm::run(a, false, rows, d.K, d.N, packed->data(), bias, relu, c);
-  }
-  return true;
+std::unique_ptr<const PreparedKernel> prepare_matmul_f32(const PrepareContext& pc) {
+  return std::make_unique<MatmulF32>(pc, false);
 }
-
-// A weight gradient op(A)^T @ B of a dense layer, A [K, M] with K a batch of up to
-// kMaxPackedK rows and B = dY [K, N]: B is small, so packing it per call (into a
-// per-thread buffer that only grows) costs little next to the M x N output
-// (measured 1.1-1.2x oneDNN on the mlp's and the cnn's weight gradients).
-constexpr int64_t kMaxPackedK = 256;
-
-bool gemm_weight_gradient(const OpContext& ctx, const MatmulGeom& g) {
-  const auto& d = g.d;
-  if (!d.trans_a || d.trans_b || g.batch != 1 || ctx.in[0].shape().rank() != 2 || ctx.in[1].shape().rank() != 2 ||
-      d.K > kMaxPackedK || d.M < 64 || !packed_gemm::available())
-    return false;
-  thread_local std::vector<float> packed;
-  const size_t need = packed_gemm::packed_size(d.K, d.N);
-  if (packed.size() < need) packed.resize(need);
-  packed_gemm::pack(ctx.in[1].data<float>(), d.K, d.N, false, packed.data());
-  packed_gemm::run(ctx.in[0].data<float>(), true, d.M, d.K, d.N, packed.data(), nullptr, false,
-                   ctx.out[0].data<float>());
-  return true;
-}
-
-void matmul_f32(OpContext& ctx) {
-  if (ctx.out[0].numel() == 0) return;
-  MatmulGeom g = geometry(ctx);
-  if (g.d.K == 0) {
-    std::memset(ctx.out[0].raw_data(), 0, ctx.out[0].nbytes());
-    return;
-  }
-  if (gemm_with_constant_b(ctx, g, nullptr, false) || gemm_weight_gradient(ctx, g)) return;
-  onednn::gemm(g.d, DType::kF32, ctx.in[0].raw_data(), ctx.in[1].raw_data(), ctx.out[0].raw_data());
+std::unique_ptr<const PreparedKernel> prepare_fused_matmul_f32(const PrepareContext& pc) {
+  return std::make_unique<MatmulF32>(pc, true);
 }
 
 void matmul_low_precision(OpContext& ctx) {
@@ -126,7 +140,7 @@ void matmul_low_precision(OpContext& ctx) {
   if (g.d.K > 0 &&
       onednn::gemm(g.d, ctx.in[0].dtype(), ctx.in[0].raw_data(), ctx.in[1].raw_data(), ctx.out[0].raw_data()))
     return;
-  via_f32<matmul_f32>(ctx);
+  via_f32<detail::run_prepared_eagerly<prepare_matmul_f32>>(ctx);
 }
 
 // Offset of batch element `i` of an operand whose batch dims broadcast to c's.
@@ -170,31 +184,8 @@ void matmul_loop(OpContext& ctx) {
   });
 }
 
-// activation(a @ b + bias) in one oneDNN call (bias and ReLU as post-ops).
-void fused_matmul_f32(OpContext& ctx) {
-  if (ctx.out[0].numel() == 0) return;
-  MatmulGeom g = geometry(ctx);
-  const bool relu = ctx.attrs.get_string("activation", "") == "relu";
-  const float* bias = ctx.in[2].data<float>();
-  float* c = ctx.out[0].data<float>();
-  if (g.d.K > 0 && gemm_with_constant_b(ctx, g, bias, relu)) return;
-  // oneDNN's bias/ReLU post-processing costs more than a plain loop over a few rows
-  // (measured: batch-1 MLP layers 10% slower fused), so small M adds them here.
-  if (g.d.K == 0 || g.d.M < 32) {
-    if (g.d.K == 0) std::memset(c, 0, ctx.out[0].nbytes());
-    else onednn::gemm(g.d, DType::kF32, ctx.in[0].raw_data(), ctx.in[1].raw_data(), c);
-    for (int64_t i = 0; i < g.d.M; ++i) {
-      float* row = c + i * g.d.N;
-#pragma omp simd
-      for (int64_t j = 0; j < g.d.N; ++j) row[j] = relu ? std::max(row[j] + bias[j], 0.0f) : row[j] + bias[j];
-    }
-    return;
-  }
-  onednn::gemm(g.d, DType::kF32, ctx.in[0].raw_data(), ctx.in[1].raw_data(), bias, relu, c);
-}
-
-KILN_REGISTER_KERNEL("matmul", kCPU, DType::kF32, matmul_f32);
-KILN_REGISTER_KERNEL("fused_matmul", kCPU, DType::kF32, fused_matmul_f32);
+KILN_REGISTER_PREPARED_KERNEL("matmul", kCPU, DType::kF32, prepare_matmul_f32);
+KILN_REGISTER_PREPARED_KERNEL("fused_matmul", kCPU, DType::kF32, prepare_fused_matmul_f32);
 KILN_REGISTER_KERNEL("matmul", kCPU, (std::initializer_list<DType>{DType::kBF16, DType::kF16}), matmul_low_precision);
 KILN_REGISTER_KERNEL("matmul", kCPU, DType::kF64, matmul_loop<double>);
 KILN_REGISTER_KERNEL("matmul", kCPU, DType::kI32, matmul_loop<int32_t>);

@@ -55,11 +55,6 @@ class SerialScope {
   int saved_ = 0;  // the thread's pool size before; 0 when not on
 };
 
-// A memory descriptor's bytes: a key naming a layout exactly (kernel caches).
-inline std::string desc_key(const dnnl::memory::desc& d) {
-  return std::string(reinterpret_cast<const char*>(&d.data), sizeof(d.data));
-}
-
 // Whether oneDNN has an optimised (non-reference) implementation for `pd`.
 bool is_optimized(const dnnl::primitive_desc_base& pd);
 

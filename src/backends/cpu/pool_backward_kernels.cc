@@ -370,7 +370,7 @@ void avg_pool2d_backward_f32(OpContext& ctx) {
       onednn::stream().wait();
       return;
     } catch (const dnnl::error&) {
-      // no primitive for this shape: the loop below
+      note_kernel_fallback("avg_pool2d_backward", "oneDNN failed: reference loop");  // the loop below
     }
   }
   avg_pool_backward<float>(g, dy, static_cast<float*>(dx.raw_data()));

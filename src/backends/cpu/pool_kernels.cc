@@ -143,6 +143,7 @@ void pool_f32(OpContext& ctx) {
                                  {DNNL_ARG_DST, memory(dst, eng, ctx.out[0].raw_data())}});
     onednn::stream().wait();
   } catch (const dnnl::error&) {
+    note_kernel_fallback(kMax ? "max_pool2d" : "avg_pool2d", "oneDNN failed: reference loop");
     pool_loop<float, kMax>(g, static_cast<const float*>(ctx.in[0].raw_data()),
                            static_cast<float*>(ctx.out[0].raw_data()));
   }

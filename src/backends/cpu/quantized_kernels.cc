@@ -31,6 +31,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -38,7 +40,7 @@
 
 #include "kiln/core/dispatch.h"
 #include "kiln/core/kernel.h"
-#include "core/kernel_cache.h"
+#include "kiln/core/op_def.h"
 #include "kiln/core/parallel.h"
 #include "nn_kernel_util.h"
 
@@ -246,11 +248,20 @@ void onednn_qmatmul(int64_t M, int64_t K, int64_t N, const uint8_t* a, const int
   onednn::stream().wait();
 }
 
+// A constant filter reordered into a primitive's layout, kept by the prepared kernel
+// that owns it (made on the first run that needs it: the layout depends on the
+// primitive, the plain or split filter on the input's data).
+struct ReorderedFilter {
+  std::mutex mu;
+  memory::desc want;
+  std::shared_ptr<const memory> m;
+};
+
 // y NHWC = act(scales[o] * conv(xq - zp, w) + bias[o]); xq u8 NHWC, w s8 HWIO; y f32, or
-// u8 requantised with `yq`. With a `cache`, w is the same on every call of this graph
-// node with this `tag` (the split filter and the plain one differ): its reorder is kept.
+// u8 requantised with `yq`. With a `keep`, w is the same on every call (a constant
+// filter): its reorder is made once and kept there.
 void onednn_qconv(const Conv2dGeometry& g, const uint8_t* xq, const int8_t* w, const float* scales, int32_t zp,
-                  const float* bias, bool relu, const QParams* yq, void* y, KernelCache* cache, const char* tag) {
+                  const float* bias, bool relu, const QParams* yq, void* y, ReorderedFilter* keep) {
   auto& eng = onednn::engine();
   const auto& v = g.win;
   const int64_t G = g.groups, O = g.o, OG = g.cout_per_group(), I = g.cin_per_group(), KH = v.kh, KW = v.kw;
@@ -298,8 +309,17 @@ void onednn_qconv(const Conv2dGeometry& g, const uint8_t* xq, const int8_t* w, c
     return wm;
   };
   memory wm = um;
-  if (!(want == user_w))
-    wm = cache ? *cache->get<memory>(std::string(tag) + onednn::desc_key(want), reordered) : reordered();
+  if (!(want == user_w) && keep) {
+    std::lock_guard<std::mutex> lock(keep->mu);
+    if (!keep->m || !(keep->want == want)) {
+      keep->m = std::make_shared<const memory>(reordered());
+      onednn::stream().wait();
+      keep->want = want;
+    }
+    wm = *keep->m;
+  } else if (!(want == user_w)) {
+    wm = reordered();
+  }
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(src, eng, const_cast<uint8_t*>(xq))},
                                        {DNNL_ARG_WEIGHTS, wm},
                                        {DNNL_ARG_DST, memory(dst, eng, y)}};
@@ -467,6 +487,7 @@ void qlinear_matmul_kernel(OpContext& ctx) {
   try {
     onednn_qmatmul(M, k, N, a, b, scales.data(), p.zero_point, bias, relu, out.requant(), out.raw());
   } catch (const dnnl::error&) {
+    note_kernel_fallback("qlinear_matmul", "oneDNN failed: int32 loop");
     qmatmul_loop(M, K, N, xq.q, wq, scales.data(), p.zero_point, bias, relu, out.f32());
     out.store();
   }
@@ -478,17 +499,8 @@ void qlinear_matmul_kernel(OpContext& ctx) {
 constexpr int64_t kMaxF32Channels = 3;
 
 
-// Whether the filter and its scales are graph constants (their derived forms cacheable).
-bool constant_filter(const OpContext& ctx) {
-  const KernelCache* cache = current_kernel_cache();
-  return cache && cache->constant_input(1) && cache->constant_input(2);
-}
-
-// The f32 route: fused_conv2d's f32 kernel (oneDNN, bias and ReLU fused) on the
-// dequantised operands (xq - zp) * x_scale and w_q * w_scale[o]: the same products,
-// rounded to f32 (relative error ~1e-7 against the exact int32 sum). Writes `y` (f32).
-void conv_dequantised(OpContext& ctx, QParams p, const Tensor& y) {
-  const Tensor& x = ctx.in[0];
+// x quantised and dequantised: (xq - zp) * x_scale as f32 (the f32 route's input).
+Tensor dequantised_input(const Tensor& x, QParams p) {
   Tensor xd = Tensor::empty(x.shape(), DType::kF32);
   float* d = xd.data<float>();
   const float zp = static_cast<float>(p.zero_point);
@@ -510,47 +522,94 @@ void conv_dequantised(OpContext& ctx, QParams p, const Tensor& y) {
       }
     });
   }
-  auto dequantised_filter = [&] {
-    const Tensor& w = ctx.in[1];
-    Tensor wd = Tensor::empty(w.shape(), DType::kF32);
-    const int8_t* wq = w.data<int8_t>();
-    const float* ws = ctx.in[2].data<float>();
-    const int64_t o = ctx.in[2].numel();
-    float* wf = wd.data<float>();
-    for (int64_t i = 0; i < w.numel(); ++i) wf[i] = static_cast<float>(wq[i]) * ws[i % o];  // HWIO: o is last
-    return wd;
-  };
-  // With a constant filter and scales (a converted package), the f32 filter is made
-  // once per graph node, and fused_conv2d's kernel below keeps its oneDNN layout in the
-  // same node's cache; otherwise that kernel must see no cache.
-  KernelCache* cache = constant_filter(ctx) ? current_kernel_cache() : nullptr;
-  const Tensor wd = cache ? *cache->get<Tensor>("dequantised filter", dequantised_filter) : dequantised_filter();
-  std::vector<Tensor> in{xd, wd};
-  if (ctx.in.size() == 4) in.push_back(ctx.in[3]);
-  std::vector<Tensor> out{y};
-  KernelCacheScope scope(cache);
-  run_kernel("fused_conv2d", DeviceType::kCPU, in, out, ctx.attrs);  // reads conv2d's attrs and "activation"
+  return xd;
 }
 
-void qlinear_conv2d_kernel(OpContext& ctx) {
-  const Conv2dGeometry g = conv2d_geometry("qlinear_conv2d", ctx.in[0].shape(), ctx.in[1].shape(), ctx.attrs);
-  if (ctx.out[0].numel() == 0) return;
-  const QParams p = qparams(ctx.attrs, "x_scale", "x_zero_point");
-  const bool relu = relu_of(ctx.attrs);
-  const float* bias = ctx.in.size() == 4 ? ctx.in[3].data<float>() : nullptr;
-  const std::vector<float> scales = output_scales(p.scale, ctx.in[2]);
+// The filter w_q * w_scale[o] as f32 (HWIO: o is the last dim).
+Tensor dequantised_filter(const Tensor& w, const Tensor& w_scale) {
+  Tensor wd = Tensor::empty(w.shape(), DType::kF32);
+  const int8_t* wq = w.data<int8_t>();
+  const float* ws = w_scale.data<float>();
+  const int64_t o = w_scale.numel();
+  float* wf = wd.data<float>();
+  for (int64_t i = 0; i < w.numel(); ++i) wf[i] = static_cast<float>(wq[i]) * ws[i % o];
+  return wd;
+}
+
+// qlinear_conv2d, prepared per node and shapes. Its route follows from the shapes: a
+// direct int32 loop for tiny problems; fused_conv2d's f32 kernel on the dequantised
+// operands (xq - zp) * x_scale and w_q * w_scale[o] for 1-3 input channels (the same
+// products rounded to f32, relative error ~1e-7 against the exact int32 sum), prepared
+// here with the dequantised filter as its constant when the filter and scales are; else
+// oneDNN's int8 convolution, with a constant filter's reorders kept.
+class QlinearConv2d final : public PreparedKernel {
+ public:
+  explicit QlinearConv2d(const PrepareContext& pc) {
+    g_ = conv2d_geometry("qlinear_conv2d", pc.in[0].shape, pc.in[1].shape, pc.attrs);
+    p_ = qparams(pc.attrs, "x_scale", "x_zero_point");
+    relu_ = relu_of(pc.attrs);
+    const int64_t out_numel = pc.out[0].shape.numel();
+    const bool tiny = out_numel * g_.win.kh * g_.win.kw * g_.cin_per_group() <= kTinyMacs;
+    route_ = out_numel == 0 ? Route::kNothing
+             : tiny         ? Route::kLoop
+             : g_.groups == 1 && g_.c <= kMaxF32Channels ? Route::kF32
+                                                         : Route::kOneDnn;
+    const Tensor* w = pc.constant(1);
+    const Tensor* w_scale = pc.constant(2);
+    constant_ = w && w_scale;
+    if (constant_ && route_ != Route::kF32) scales_ = output_scales(p_.scale, *w_scale);
+    if (route_ != Route::kF32) return;
+    if (constant_) filter_f32_ = dequantised_filter(*w, *w_scale);
+    // fused_conv2d reads conv2d's attrs and "activation".
+    const OpDef& fused = OpRegistry::global().get("fused_conv2d");
+    std::vector<TensorMeta> in{{pc.in[0].shape, DType::kF32}, {pc.in[1].shape, DType::kF32}};
+    if (pc.in.size() == 4) in.push_back(pc.in[3]);
+    const std::vector<TensorMeta> out{{pc.out[0].shape, DType::kF32}};
+    std::vector<Tensor> constants(in.size());
+    constants[1] = filter_f32_;
+    if (pc.in.size() == 4 && pc.constant(3)) constants[2] = *pc.constant(3);
+    f32_ = prepare_kernel({fused, DeviceType::kCPU, in, out, constants, pc.attrs});
+  }
+
+  void run(OpContext& ctx) const override;
+
+ private:
+  enum class Route : uint8_t { kNothing, kLoop, kF32, kOneDnn };
+  Conv2dGeometry g_;
+  QParams p_;
+  bool relu_ = false;
+  Route route_ = Route::kOneDnn;
+  bool constant_ = false;       // the filter and its scales are constants
+  std::vector<float> scales_;   // constant_: x_scale * w_scale[o]
+  Tensor filter_f32_;           // kF32 and constant_: the dequantised filter
+  std::unique_ptr<const PreparedKernel> f32_;  // kF32: fused_conv2d's f32 kernel
+  mutable ReorderedFilter plain_, split_;      // constant_: the filter in oneDNN's layout
+};
+
+void QlinearConv2d::run(OpContext& ctx) const {
+  const Conv2dGeometry& g = g_;
+  const QParams& p = p_;
+  if (route_ == Route::kNothing) return;
   Output out(ctx);
-  const bool tiny = ctx.out[0].numel() * g.win.kh * g.win.kw * g.cin_per_group() <= kTinyMacs;
-  if (!tiny && g.groups == 1 && g.c <= kMaxF32Channels) {
-    conv_dequantised(ctx, p, out.f32_tensor());
+  if (route_ == Route::kF32) {
+    const Tensor y = out.f32_tensor();
+    std::vector<Tensor> in{dequantised_input(ctx.in[0], p), constant_ ? filter_f32_ : dequantised_filter(ctx.in[1], ctx.in[2])};
+    if (ctx.in.size() == 4) in.push_back(ctx.in[3]);
+    std::vector<Tensor> outs{y};
+    OpContext c2{OpRegistry::global().get("fused_conv2d"), in, outs, ctx.attrs};
+    f32_->run(c2);
     out.store();
     return;
   }
+  const float* bias = ctx.in.size() == 4 ? ctx.in[3].data<float>() : nullptr;
+  std::vector<float> run_scales;
+  if (!constant_) run_scales = output_scales(p.scale, ctx.in[2]);
+  const std::vector<float>& scales = constant_ ? scales_ : run_scales;
   const QuantizedInput xq = quantized_input(ctx.in[0], p);
   const int8_t* wq = ctx.in[1].data<int8_t>();
   const int64_t wn = ctx.in[1].numel();
-  if (tiny) {
-    qconv_loop(g, xq.q, wq, scales.data(), p.zero_point, bias, relu, out.f32());
+  if (route_ == Route::kLoop) {
+    qconv_loop(g, xq.q, wq, scales.data(), p.zero_point, bias, relu_, out.f32());
     out.store();
     return;
   }
@@ -573,21 +632,25 @@ void qlinear_conv2d_kernel(OpContext& ctx) {
     gd.c *= 2;
   }
   try {
-    KernelCache* cache = constant_filter(ctx) ? current_kernel_cache() : nullptr;
-    onednn_qconv(gd, a, b, scales.data(), p.zero_point, bias, relu, out.requant(), out.raw(), cache,
-                 split ? "split filter " : "filter ");
+    onednn_qconv(gd, a, b, scales.data(), p.zero_point, bias, relu_, out.requant(), out.raw(),
+                 constant_ ? (split ? &split_ : &plain_) : nullptr);
   } catch (const dnnl::error&) {
-    qconv_loop(g, xq.q, wq, scales.data(), p.zero_point, bias, relu, out.f32());
+    note_kernel_fallback("qlinear_conv2d", "oneDNN failed: int32 loop");
+    qconv_loop(g, xq.q, wq, scales.data(), p.zero_point, bias, relu_, out.f32());
     out.store();
   }
+}
+
+std::unique_ptr<const PreparedKernel> prepare_qlinear_conv2d(const PrepareContext& pc) {
+  return std::make_unique<QlinearConv2d>(pc);
 }
 
 KILN_REGISTER_KERNEL("quantize_per_tensor", kCPU, DType::kF32, quantize_f32);
 KILN_REGISTER_KERNEL("dequantize_per_tensor", kCPU, DType::kU8, dequantize_u8);
 // Dispatched on the output dtype: f32, or u8 when requantised (y_scale).
 KILN_REGISTER_KERNEL("qlinear_matmul", kCPU, (std::initializer_list<DType>{DType::kF32, DType::kU8}), qlinear_matmul_kernel);
-KILN_REGISTER_KERNEL("qlinear_conv2d", kCPU, (std::initializer_list<DType>{DType::kF32, DType::kU8}),
-                     qlinear_conv2d_kernel);
+KILN_REGISTER_PREPARED_KERNEL("qlinear_conv2d", kCPU, (std::initializer_list<DType>{DType::kF32, DType::kU8}),
+                              prepare_qlinear_conv2d);
 
 }  // namespace
 }  // namespace kiln::cpu

@@ -5,7 +5,7 @@
 // reading B through the caches once per call from wherever it lies.
 //
 // B is packed once (a graph constant; src/backends/cpu/matmul_kernels.cc keeps
-// it in the node's KernelCache) into panels of 64 columns, [N/64][K][64],
+// it in the node's prepared kernel) into panels of 64 columns, [N/64][K][64],
 // zero-padded: each panel is one contiguous stream. Panels are split over
 // kiln's pool in contiguous ranges that are the same on every call, so a core
 // reads the same part of B every time and, when its share fits there, finds it

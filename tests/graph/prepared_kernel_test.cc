@@ -1,8 +1,9 @@
-// Per-node kernel caches (kiln/core/kernel_cache.h) in compiled graphs: a constant
-// filter is re-laid-out once per node and reused, inputs and variables never are, and
-// graphs stay equal to eager calls whatever changes between runs. The kernel-level
-// tests write into a "constant" after the first call: a cached kernel must still see
-// the old data (that is what proves it cached), an uncached one the new.
+// Two-phase kernels (kiln/core/kernel.h) in compiled graphs: a constant filter is
+// re-laid-out once per node and shapes when the kernel is prepared, inputs and
+// variables never are, and graphs stay equal to eager calls whatever changes between
+// runs. The kernel-level tests write into a "constant" after preparing: a prepared
+// kernel must still see the old data (that is what proves it kept it), one prepared
+// without constants the new.
 #include <cstring>
 
 #include "kiln/autodiff/variable.h"
@@ -10,7 +11,6 @@
 #include "kiln/core/dispatch.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/kernel.h"
-#include "core/kernel_cache.h"
 #include "kiln/core/tensor.h"
 #include "kiln/core/tensor_spec.h"
 #include "kiln/graph/function.h"
@@ -37,21 +37,45 @@ const graph::Node& node_of(Function& f, const std::vector<Tensor>& args, const s
   throw std::runtime_error("no " + name + " node");
 }
 
-// Runs node's CPU kernel on `in` under `cache` (null: as eagerly).
-Tensor run_kernel(const graph::Node& node, std::vector<Tensor> in, KernelCache* cache) {
+// Node's CPU kernel prepared for `in`, the inputs whose bit is set in `constant` given
+// as constants (0: none, as an eager call prepares it).
+std::unique_ptr<const PreparedKernel> prepare_for(const graph::Node& node, const std::vector<Tensor>& in,
+                                                  uint64_t constant, const PreparedKernel* previous = nullptr) {
+  std::vector<TensorMeta> metas;
+  std::vector<Tensor> constants(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    metas.push_back({in[i].shape(), in[i].dtype()});
+    if ((constant >> i) & 1u) constants[i] = in[i];
+  }
+  const std::vector<TensorMeta> out = node.op->infer(metas, node.attrs);
+  return prepare_kernel({*node.op, DeviceType::kCPU, metas, out, constants, node.attrs, previous});
+}
+
+// Runs a prepared kernel of node on `in`.
+Tensor run_prepared(const graph::Node& node, const PreparedKernel& k, std::vector<Tensor> in) {
   std::vector<TensorMeta> metas;
   for (const Tensor& t : in) metas.push_back({t.shape(), t.dtype()});
   const TensorMeta out = node.op->infer(metas, node.attrs).at(0);
   std::vector<Tensor> outs{Tensor::empty(out.shape, out.dtype)};
   OpContext ctx{*node.op, in, outs, node.attrs};
-  KernelCacheScope scope(cache);
+  k.run(ctx);
+  return outs[0];
+}
+
+// Runs node's CPU kernel on `in` as an eager call does (prepared and run at once).
+Tensor run_eager(const graph::Node& node, std::vector<Tensor> in) {
+  std::vector<TensorMeta> metas;
+  for (const Tensor& t : in) metas.push_back({t.shape(), t.dtype()});
+  const TensorMeta out = node.op->infer(metas, node.attrs).at(0);
+  std::vector<Tensor> outs{Tensor::empty(out.shape, out.dtype)};
+  OpContext ctx{*node.op, in, outs, node.attrs};
   node.op->kernel(DeviceType::kCPU, DType::kF32)(ctx);
   return outs[0];
 }
 
 void overwrite(Tensor& dst, const Tensor& src) { std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes()); }
 
-TEST(KernelCacheInGraphs, ConstantFilterMatchesEagerOnEveryRun) {
+TEST(PreparedKernelsInGraphs, ConstantFilterMatchesEagerOnEveryRun) {
   const Tensor w = rand_tensor({3, 3, 8, 16}, DType::kF32, -1, 1, 1), b = rand_tensor({16}, DType::kF32, -1, 1, 2);
   auto model = [&](const std::vector<Tensor>& x) { return std::vector<Tensor>{ops::relu(ops::conv2d(x[0], w, same(), b))}; };
   Function f = function(model);
@@ -60,7 +84,7 @@ TEST(KernelCacheInGraphs, ConstantFilterMatchesEagerOnEveryRun) {
     EXPECT_CLOSE(f({x})[0], model({x})[0], 1e-5, 1e-5);
   }
   EXPECT_EQ(f.concrete({rand_tensor({2, 9, 9, 8}, DType::kF32)}).graph().count_ops("fused_conv2d"), 1);
-  // One trace for every batch size: its plans (one per size) share the node's cache.
+  // One trace for every batch size: one plan per size, their kernels sharing the packed filter.
   FunctionOptions o;
   o.input_signature = std::vector<TensorSpec>{{{-1, 9, 9, 8}, DType::kF32}};
   Function pinned = function(model, o);
@@ -71,7 +95,7 @@ TEST(KernelCacheInGraphs, ConstantFilterMatchesEagerOnEveryRun) {
   EXPECT_EQ(pinned.num_traces(), 1);
 }
 
-TEST(KernelCacheInGraphs, FiltersThatAreInputsOrVariablesAreReadOnEveryRun) {
+TEST(PreparedKernelsInGraphs, FiltersThatAreInputsOrVariablesAreReadOnEveryRun) {
   auto conv = [](const std::vector<Tensor>& a) { return std::vector<Tensor>{ops::relu(ops::conv2d(a[0], a[1], same()))}; };
   Function by_input = function(conv);
   const Tensor x = rand_tensor({1, 7, 7, 8}, DType::kF32, -1, 1, 3);
@@ -87,7 +111,7 @@ TEST(KernelCacheInGraphs, FiltersThatAreInputsOrVariablesAreReadOnEveryRun) {
   }
 }
 
-TEST(KernelCacheInGraphs, Conv2dKernelCachesTheFilterOnlyWhenItIsConstant) {
+TEST(PreparedKernelsInGraphs, Conv2dKernelKeepsTheFilterOnlyWhenItIsConstant) {
   Tensor w = rand_tensor({3, 3, 8, 16}, DType::kF32, -1, 1, 1);
   const Tensor w2 = rand_tensor({3, 3, 8, 16}, DType::kF32, -1, 1, 2);
   const Tensor x = rand_tensor({1, 6, 6, 8}, DType::kF32, -1, 1, 3);
@@ -101,12 +125,34 @@ TEST(KernelCacheInGraphs, Conv2dKernelCachesTheFilterOnlyWhenItIsConstant) {
       SCOPED_TRACE(std::string(constant ? "constant filter" : "filter not constant") + ", direct_conv " +
                    testing::direct_conv_name(direct));
       Tensor filter = w.clone();
-      KernelCache cache(constant ? 0b10 : 0b00);
-      EXPECT_CLOSE(run_kernel(node, {x, filter}, &cache), with_w, 1e-5, 1e-5);
+      const auto k = prepare_for(node, {x, filter}, constant ? 0b10 : 0b00);
+      EXPECT_CLOSE(run_prepared(node, *k, {x, filter}), with_w, 1e-5, 1e-5);
       overwrite(filter, w2);
-      EXPECT_CLOSE(run_kernel(node, {x, filter}, &cache), constant ? with_w : with_w2, 1e-5, 1e-5);
-      EXPECT_CLOSE(run_kernel(node, {x, filter}, nullptr), with_w2, 1e-5, 1e-5);  // eager: no cache
+      EXPECT_CLOSE(run_prepared(node, *k, {x, filter}), constant ? with_w : with_w2, 1e-5, 1e-5);
+      EXPECT_CLOSE(run_eager(node, {x, filter}), with_w2, 1e-5, 1e-5);
     }
+  }
+}
+
+// A node prepared for a second batch size reuses what the first preparation derived from
+// its constant filter (prepared while the filter held w, it still computes with w after
+// the filter changed), and derives it anew without a previous preparation.
+TEST(PreparedKernelsInGraphs, OtherShapesShareTheNodesPackedFilter) {
+  Tensor w = rand_tensor({3, 3, 8, 16}, DType::kF32, -1, 1, 1);
+  const Tensor w2 = rand_tensor({3, 3, 8, 16}, DType::kF32, -1, 1, 2);
+  const Tensor x1 = rand_tensor({1, 6, 6, 8}, DType::kF32, -1, 1, 3), x3 = rand_tensor({3, 6, 6, 8}, DType::kF32, -1, 1, 4);
+  Function f = function([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{ops::relu(ops::conv2d(a[0], w, same()))}; });
+  const graph::Node& node = node_of(f, {x1}, "fused_conv2d");
+  for (const DirectConv direct : {DirectConv::kForceTile, DirectConv::kOff}) {
+    SCOPED_TRACE(std::string("direct_conv ") + testing::direct_conv_name(direct));
+    testing::ScopedKernelPreferences prefs([&](KernelPreferences& k) { k.direct_conv = direct; });
+    Tensor filter = w.clone();
+    const auto first = prepare_for(node, {x1, filter}, 0b10);
+    overwrite(filter, w2);
+    const auto shared = prepare_for(node, {x3, filter}, 0b10, first.get());
+    const auto fresh = prepare_for(node, {x3, filter}, 0b10);
+    EXPECT_CLOSE(run_prepared(node, *shared, {x3, filter}), ops::relu(ops::conv2d(x3, w, same())), 1e-5, 1e-5);
+    EXPECT_CLOSE(run_prepared(node, *fresh, {x3, filter}), ops::relu(ops::conv2d(x3, w2, same())), 1e-5, 1e-5);
   }
 }
 
@@ -114,7 +160,7 @@ TEST(KernelCacheInGraphs, Conv2dKernelCachesTheFilterOnlyWhenItIsConstant) {
 // small-M kernel for a few, src/backends/cpu/small_gemm.h, the 6x16 one for more,
 // packed_gemm.h), and for any rows when it is tiny (<= 4096 floats); more rows against
 // a larger B go to oneDNN, which reads B every call.
-TEST(KernelCacheInGraphs, MatmulKernelPacksAConstantBUpTo512RowsOrATinyB) {
+TEST(PreparedKernelsInGraphs, MatmulKernelPacksAConstantBUpTo512RowsOrATinyB) {
   for (const int64_t n : {20, 200}) {  // B 24x20 (tiny), 24x200 (4800 floats)
     const Tensor w = rand_tensor({24, n}, DType::kF32, -1, 1, 1), w2 = rand_tensor({24, n}, DType::kF32, -1, 1, 2);
     const Tensor bias = rand_tensor({n}, DType::kF32, -1, 1, 3);
@@ -136,13 +182,13 @@ TEST(KernelCacheInGraphs, MatmulKernelPacksAConstantBUpTo512RowsOrATinyB) {
           SCOPED_TRACE(std::string(is_fused ? "fused_matmul" : "matmul") + " B 24x" + std::to_string(n) + " rows " +
                        std::to_string(rows) + (constant ? " constant B" : " B not constant"));
           Tensor b = w.clone();
-          KernelCache cache(constant ? 0b110 : 0b000);
           std::vector<Tensor> in{x, b};
           if (is_fused) in.push_back(bias);
-          EXPECT_CLOSE(run_kernel(node, in, &cache), expected(w), 1e-5, 1e-5);
+          const auto k = prepare_for(node, in, constant ? 0b110 : 0b000);
+          EXPECT_CLOSE(run_prepared(node, *k, in), expected(w), 1e-5, 1e-5);
           overwrite(b, w2);
-          EXPECT_CLOSE(run_kernel(node, in, &cache), expected(constant && packs ? w : w2), 1e-5, 1e-5);
-          EXPECT_CLOSE(run_kernel(node, in, nullptr), expected(w2), 1e-5, 1e-5);
+          EXPECT_CLOSE(run_prepared(node, *k, in), expected(constant && packs ? w : w2), 1e-5, 1e-5);
+          EXPECT_CLOSE(run_eager(node, in), expected(w2), 1e-5, 1e-5);
         }
       }
     }
@@ -151,7 +197,7 @@ TEST(KernelCacheInGraphs, MatmulKernelPacksAConstantBUpTo512RowsOrATinyB) {
 
 // qlinear_conv2d: the f32 route (<= 3 input channels: the dequantised filter and its
 // oneDNN layout are kept) and the int8 route (the reordered s8 filter is kept).
-TEST(KernelCacheInGraphs, QlinearConv2dKernelCachesConstantFilters) {
+TEST(PreparedKernelsInGraphs, QlinearConv2dKernelKeepsConstantFilters) {
   for (const int64_t channels : {1, 8}) {
     SCOPED_TRACE("input channels " + std::to_string(channels));
     const Tensor x = rand_tensor({2, 8, 8, channels}, DType::kF32, 0, 1, 4);
@@ -167,16 +213,16 @@ TEST(KernelCacheInGraphs, QlinearConv2dKernelCachesConstantFilters) {
     const graph::Node& node = node_of(f, {x}, "qlinear_conv2d");
     for (const bool constant : {true, false}) {
       Tensor filter = wq.clone();
-      KernelCache cache(constant ? 0b110 : 0b000);
       std::vector<Tensor> in{x, filter, ws, b};
-      EXPECT_CLOSE(run_kernel(node, in, &cache), q(x, wq), 1e-5, 1e-5);
+      const auto k = prepare_for(node, in, constant ? 0b110 : 0b000);
+      EXPECT_CLOSE(run_prepared(node, *k, in), q(x, wq), 1e-5, 1e-5);
       overwrite(filter, wq2);
-      EXPECT_CLOSE(run_kernel(node, in, &cache), q(x, constant ? wq : wq2), 1e-5, 1e-5);
+      EXPECT_CLOSE(run_prepared(node, *k, in), q(x, constant ? wq : wq2), 1e-5, 1e-5);
     }
   }
 }
 
-TEST(KernelCacheInGraphs, FusedElementwiseProgramIsPreparedOnceAndRunsOnNewData) {
+TEST(PreparedKernelsInGraphs, FusedElementwiseProgramIsPreparedOnceAndRunsOnNewData) {
   auto chain = [](const std::vector<Tensor>& a) {
     return std::vector<Tensor>{ops::tanh(ops::add(ops::mul(ops::exp(a[0]), a[1]), ops::scalar(0.5f)))};
   };
