@@ -70,6 +70,11 @@ void parallel_invoke(const std::function<void()>& a, const std::function<void()>
     if (e) std::rethrow_exception(e);
 }
 
+void release_idle_workers() {
+  if (omp_in_parallel()) return;
+  omp_pause_resource(omp_pause_soft, omp_get_initial_device());
+}
+
 namespace detail {
 bool in_parallel_region() { return omp_in_parallel() != 0; }
 

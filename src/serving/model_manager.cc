@@ -6,6 +6,7 @@
 #include <set>
 
 #include "kiln/core/error.h"
+#include "kiln/core/parallel.h"
 #include "kiln/serving/metrics.h"
 #include "log.h"
 
@@ -264,6 +265,9 @@ void ModelManager::poll_now() {
     for (auto& [n, m] : models_) models.push_back(m);
   }
   for (auto& m : models) poll_model(*m);
+  // This thread (the manager's, or the server's main thread at start-up and on a config
+  // reload) now waits: its pool workers would only slow the threads that serve.
+  release_idle_workers();
 }
 
 // One poll of one model: list its versions, load what the policy wants, publish the

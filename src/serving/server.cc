@@ -171,6 +171,8 @@ void Server::start() {
   im.process_metrics();
   // First versions load before the ports open: a started server is ready unless a
   // model failed (its status says why; /readyz answers 503 until it has a version).
+  // poll_now ends by releasing this thread's pool workers, the language models' loading
+  // included (kiln/core/parallel.h: release_idle_workers).
   im.manager->poll_now();
   if (im.opts.rest_api_port >= 0) {
     HttpOptions ho;

@@ -27,6 +27,16 @@ void parallel_for(int64_t n, int64_t grain, F&& fn);
 // (a's first) after both have finished.
 void parallel_invoke(const std::function<void()>& a, const std::function<void()>& b);
 
+// Ends the calling thread's idle pool workers; its next parallel region starts them
+// again. For a thread done with parallel work for long (one that loaded models and now
+// waits): the OpenMP runtime keeps workers for every thread that ever ran a parallel
+// region, and once it holds more threads than there are CPUs, libgomp stops spinning
+// between regions, so each region of the threads still working waits for its workers to
+// wake (a served language model decoded 25% slower per token with the loading thread's
+// workers kept; docs/perf-decisions/029-idle-openmp-teams.md). No-op inside a parallel
+// region.
+void release_idle_workers();
+
 // memcpy split across the pool for large copies (one thread cannot saturate memory
 // bandwidth); plain memcpy below a few hundred KiB.
 void parallel_memcpy(void* dst, const void* src, int64_t nbytes);
