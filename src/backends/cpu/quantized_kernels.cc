@@ -562,6 +562,7 @@ class QlinearConv2d final : public PreparedKernel {
     if (constant_) filter_f32_ = dequantised_filter(*w, *w_scale);
     // fused_conv2d reads conv2d's attrs and "activation".
     const OpDef& fused = OpRegistry::global().get("fused_conv2d");
+    fused_ = &fused;
     std::vector<TensorMeta> in{{pc.in[0].shape, DType::kF32}, {pc.in[1].shape, DType::kF32}};
     if (pc.in.size() == 4) in.push_back(pc.in[3]);
     const std::vector<TensorMeta> out{{pc.out[0].shape, DType::kF32}};
@@ -582,6 +583,7 @@ class QlinearConv2d final : public PreparedKernel {
   bool constant_ = false;       // the filter and its scales are constants
   std::vector<float> scales_;   // constant_: x_scale * w_scale[o]
   Tensor filter_f32_;           // kF32 and constant_: the dequantised filter
+  const OpDef* fused_ = nullptr;               // kF32: fused_conv2d
   std::unique_ptr<const PreparedKernel> f32_;  // kF32: fused_conv2d's f32 kernel
   mutable ReorderedFilter plain_, split_;      // constant_: the filter in oneDNN's layout
 };
@@ -596,7 +598,7 @@ void QlinearConv2d::run(OpContext& ctx) const {
     std::vector<Tensor> in{dequantised_input(ctx.in[0], p), constant_ ? filter_f32_ : dequantised_filter(ctx.in[1], ctx.in[2])};
     if (ctx.in.size() == 4) in.push_back(ctx.in[3]);
     std::vector<Tensor> outs{y};
-    OpContext c2{OpRegistry::global().get("fused_conv2d"), in, outs, ctx.attrs};
+    OpContext c2{*fused_, in, outs, ctx.attrs};
     f32_->run(c2);
     out.store();
     return;
