@@ -2,7 +2,7 @@
 // decode or throw kiln::Error, never crash (anything else thrown aborts the fuzzer).
 // A decoded predict request fits its signature, and written back as a response
 // (encode_predict, columnar and row format) it reads back as the same tensors, bit for
-// bit.
+// bit. Decoded classify/regress examples fill a signature's inputs or throw kiln::Error.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -11,6 +11,7 @@
 
 #include "kiln/core/error.h"
 #include "serving/json_codec.h"
+#include "serving/service.h"
 
 namespace {
 
@@ -112,6 +113,19 @@ void check_examples(std::string_view body) {
   try {
     json::ExamplesRequest r = json::decode_examples(body);
     if (r.examples.empty()) __builtin_trap();
+    // The decoded examples through the classify/regress fill rules
+    // (kiln::dense_from_examples): a tensor of the signature's shape, or kiln::Error.
+    static const Signature sig = [] {
+      Signature s;
+      s.name = "classify";
+      s.inputs = {info("x", {-1, 3}, DType::kI32), info("y", {-1, 4}, DType::kU8)};
+      return s;
+    }();
+    const kiln::serving::TensorMap in =
+        kiln::serving::Service::examples_to_inputs(sig, r.examples, r.has_context ? &r.context : nullptr);
+    for (const auto& i : sig.inputs)
+      if (in.at(i.name).shape() != kiln::Shape({static_cast<int64_t>(r.examples.size()), i.spec.shape[1]}))
+        __builtin_trap();
   } catch (const kiln::Error&) {
   }
 }

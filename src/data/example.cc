@@ -873,60 +873,6 @@ struct FeaturesParse {
 
 }  // namespace
 
-// ---- Feature ----
-
-Feature Feature::of_bytes(std::vector<std::string> v) {
-  Feature f;
-  f.kind = kBytes;
-  f.bytes = std::move(v);
-  return f;
-}
-Feature Feature::of_floats(std::vector<float> v) {
-  Feature f;
-  f.kind = kFloat;
-  f.floats = std::move(v);
-  return f;
-}
-Feature Feature::of_ints(std::vector<int64_t> v) {
-  Feature f;
-  f.kind = kInt64;
-  f.ints = std::move(v);
-  return f;
-}
-
-size_t Feature::size() const {
-  switch (kind) {
-    case kBytes: return bytes.size();
-    case kFloat: return floats.size();
-    case kInt64: return ints.size();
-    case kNone: return 0;
-  }
-  return 0;
-}
-
-bool Feature::operator==(const Feature& o) const {
-  if (kind != o.kind) return false;
-  switch (kind) {
-    case kBytes: return bytes == o.bytes;
-    case kFloat:
-      return floats.size() == o.floats.size() &&
-             (floats.empty() || std::memcmp(floats.data(), o.floats.data(), 4 * floats.size()) == 0);
-    case kInt64: return ints == o.ints;
-    case kNone: return true;
-  }
-  return false;
-}
-
-std::string_view feature_kind_name(Feature::Kind kind) {
-  switch (kind) {
-    case Feature::kBytes: return "bytes_list";
-    case Feature::kFloat: return "float_list";
-    case Feature::kInt64: return "int64_list";
-    case Feature::kNone: return "no list";
-  }
-  return "?";
-}
-
 // ---- encode / decode ----
 
 void encode_example(const Features& features, std::string* out) {

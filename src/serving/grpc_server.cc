@@ -99,35 +99,10 @@ grpc::Status run_call(const Service& svc, std::string_view method, Body&& body) 
   return to_grpc(st);
 }
 
-// Classify and Regress: the examples of an Input.
-struct Examples {
-  std::vector<const tensorflow::Example*> examples;
-  const tensorflow::Example* context = nullptr;
-};
-
-Examples examples_of(bool has_input, const tfs::Input& in) {
-  Examples ex;
-  if (has_input) {
-    switch (in.kind_case()) {
-      case tfs::Input::kExampleList:
-        for (const auto& e : in.example_list().examples()) ex.examples.push_back(&e);
-        break;
-      case tfs::Input::kExampleListWithContext:
-        for (const auto& e : in.example_list_with_context().examples()) ex.examples.push_back(&e);
-        if (in.example_list_with_context().has_context()) ex.context = &in.example_list_with_context().context();
-        break;
-      case tfs::Input::KIND_NOT_SET:
-        break;
-    }
-  }
-  if (ex.examples.empty()) throw InvalidArgumentError("Input is empty: it holds no examples");
-  return ex;
-}
-
 // Runs a classify / regress signature on the request's examples.
-TensorMap run_examples(const Servable& s, const package::Signature& sig, const Examples& ex,
+TensorMap run_examples(const Servable& s, const package::Signature& sig, const Front::Examples& ex,
                        grpc::ServerContext& ctx, CallInfo& info) {
-  TensorMap inputs = Front::examples_to_inputs(sig, ex.examples, ex.context);
+  TensorMap inputs = Front::examples_to_inputs(sig, ex.examples, ex.context ? &*ex.context : nullptr);
   const Clock::time_point deadline = deadline_of(ctx);
   check_deadline(deadline);
   info.ran = true;
@@ -227,7 +202,7 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
       info.model = servable->model_name();
       info.version = servable->version();
       const package::Signature& sig = Front::signature(*servable, spec.signature, package::kClassifyMethod);
-      const Examples ex = examples_of(req->has_input(), req->input());
+      const Front::Examples ex = Front::examples_of(req->input());
       const TensorMap outputs = run_examples(*servable, sig, ex, *ctx, info);
       const std::vector<ClassList> classes = Front::to_classes(sig, outputs);
       auto* result = resp->mutable_result();
@@ -251,7 +226,7 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
       info.model = servable->model_name();
       info.version = servable->version();
       const package::Signature& sig = Front::signature(*servable, spec.signature, package::kRegressMethod);
-      const Examples ex = examples_of(req->has_input(), req->input());
+      const Front::Examples ex = Front::examples_of(req->input());
       const TensorMap outputs = run_examples(*servable, sig, ex, *ctx, info);
       auto* result = resp->mutable_result();
       for (float v : Front::to_regressions(sig, outputs)) result->add_regressions()->set_value(v);

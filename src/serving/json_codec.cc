@@ -967,7 +967,7 @@ size_t estimate_chars(const Tensor& t) {
 // ------------------------------------------------------------------------------------
 // Examples.
 
-void fill_feature(const element& v, tensorflow::Feature& f, const std::string& where, FillCtx& ctx) {
+void fill_feature(const element& v, Feature& f, const std::string& where, FillCtx& ctx) {
   // The elements: the list's entries, or the value itself.
   std::vector<element> elems;
   if (v.type() == ET::ARRAY) {
@@ -1013,21 +1013,24 @@ void fill_feature(const element& v, tensorflow::Feature& f, const std::string& w
   }
   if (elems.empty()) return;  // an empty feature (no kind), as TF Serving makes it
   if (any_bytes) {
-    auto* l = f.mutable_bytes_list();
+    f.kind = Feature::kBytes;
+    auto* l = &f.bytes;
+    l->reserve(elems.size());
     for (size_t i = 0; i < elems.size(); ++i) {
       const element& e = elems[i];
       if (e.type() == ET::STRING) {
         const std::string_view s = as_string(e);
-        l->add_value(s.data(), s.size());
+        l->emplace_back(s);
       } else {
         const std::string err = b64_decode(b64_text(e), ctx.scratch);
         if (!err.empty()) fail(at(i) + ": bad b64 value: " + err);
-        l->add_value(ctx.scratch);
+        l->push_back(ctx.scratch);
       }
     }
   } else if (any_float) {
-    auto* l = f.mutable_float_list();
-    l->mutable_value()->Reserve(static_cast<int>(elems.size()));
+    f.kind = Feature::kFloat;
+    auto* l = &f.floats;
+    l->reserve(elems.size());
     for (size_t i = 0; i < elems.size(); ++i) {
       const element& e = elems[i];
       double d = 0;
@@ -1055,16 +1058,17 @@ void fill_feature(const element& v, tensorflow::Feature& f, const std::string& w
       }
       const float fl = static_cast<float>(d);
       if (std::isinf(fl) && std::isfinite(d)) fail(at(i) + ": " + num_str(d) + " does not fit in a float_list");
-      l->add_value(fl);
+      l->push_back(fl);
     }
   } else {
-    auto* l = f.mutable_int64_list();
-    l->mutable_value()->Reserve(static_cast<int>(elems.size()));
+    f.kind = Feature::kInt64;
+    auto* l = &f.ints;
+    l->reserve(elems.size());
     for (size_t i = 0; i < elems.size(); ++i) {
       const element& e = elems[i];
       switch (e.type()) {
-        case ET::INT64: l->add_value(as_int64(e)); break;
-        case ET::BOOL: l->add_value(as_bool(e) ? 1 : 0); break;
+        case ET::INT64: l->push_back(as_int64(e)); break;
+        case ET::BOOL: l->push_back(as_bool(e) ? 1 : 0); break;
         case ET::UINT64:
           fail(at(i) + ": " + std::to_string(as_uint64(e)) + " does not fit in an int64_list");
         default: break;
@@ -1073,16 +1077,15 @@ void fill_feature(const element& v, tensorflow::Feature& f, const std::string& w
   }
 }
 
-void fill_example(const element& v, const std::string& where, tensorflow::Example& ex, FillCtx& ctx) {
+void fill_example(const element& v, const std::string& where, Features& features, FillCtx& ctx) {
   if (v.type() != ET::OBJECT) {
     fail(where + ": expected an object of features, got " + type_desc(v, ctx.markers));
   }
-  auto* features = ex.mutable_features()->mutable_feature();
   for (const auto kv : as_object(v)) {
     std::string name(kv.key);
     std::string at = where + "['" + name + "']";
-    if (features->count(name)) fail(at + ": the feature appears twice");
-    fill_feature(kv.value, (*features)[name], at, ctx);
+    if (features.count(name)) fail(at + ": the feature appears twice");
+    fill_feature(kv.value, features[name], at, ctx);
   }
 }
 

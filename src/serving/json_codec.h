@@ -10,10 +10,10 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/core/example.h"
 #include "kiln/package/package.h"
 #include "kiln/serving/batching.h"
 #include "kiln/serving/model_manager.h"
-#include "tensorflow/example.pb.h"
 
 namespace kiln::serving::json {
 
@@ -44,9 +44,9 @@ std::string encode_predict(const package::Signature& sig, const TensorMap& outpu
 // are integers), a string or list of strings, or {"b64": ...} (bytes_list).
 struct ExamplesRequest {
   std::string signature_name;
-  std::vector<tensorflow::Example> examples;
+  std::vector<Features> examples;
   bool has_context = false;
-  tensorflow::Example context;
+  Features context;
 };
 ExamplesRequest decode_examples(std::string_view body);
 // {"results": [[["label", score], ...], ...]}

@@ -219,10 +219,7 @@ class RestApi {
       const bool classify = r.verb == "classify";
       const package::Signature* sig = &Service::signature(
           *servable, ex.signature_name, classify ? package::kClassifyMethod : package::kRegressMethod);
-      std::vector<const tensorflow::Example*> ptrs;
-      ptrs.reserve(ex.examples.size());
-      for (auto& e : ex.examples) ptrs.push_back(&e);
-      TensorMap inputs = Service::examples_to_inputs(*sig, ptrs, ex.has_context ? &ex.context : nullptr);
+      TensorMap inputs = Service::examples_to_inputs(*sig, ex.examples, ex.has_context ? &ex.context : nullptr);
       servable->predict(sig->name, std::move(inputs), deadline,
                         [this, servable, sig, classify, respond, start, verb = r.verb](
                             const Status& st, TensorMap out, const BatchInfo& info) {

@@ -1,10 +1,6 @@
 #include "service.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <limits>
-#include <type_traits>
 #include <utility>
 
 #include "kiln/core/error.h"
@@ -57,127 +53,70 @@ const package::Signature& Service::signature(const Servable& s, const std::strin
   return sig;
 }
 
-namespace {
-
-const tensorflow::Feature* find_feature(const tensorflow::Example* ex, const std::string& name) {
-  if (!ex || !ex->has_features()) return nullptr;
-  auto& m = ex->features().feature();
-  auto it = m.find(name);
-  return it == m.end() ? nullptr : &it->second;
-}
-
-}  // namespace
-
-namespace {
-
-// One example's values written straight into a row of the input's dtype (no detour
-// through f64: int64 values above 2^53 stay exact). Integer inputs take int64 values
-// that fit and floats that are whole numbers in range; f16/bf16 inputs are filled in f32
-// and converted once.
-template <typename T>
-void store_row(T* row, int64_t per, const tensorflow::Feature& f, DType dtype, const std::string& where) {
-  auto reject = [&](const std::string& what) {
-    throw InvalidArgumentError(where + ": " + what + " does not fit the input's " + std::string(dtype_name(dtype)));
-  };
-  switch (f.kind_case()) {
-    case tensorflow::Feature::kFloatList:
-      for (int64_t k = 0; k < per; ++k) {
-        const float v = f.float_list().value(static_cast<int>(k));
-        if constexpr (std::is_integral_v<T>) {
-          if (v != std::trunc(v))
-            throw InvalidArgumentError(where + ": float value " + kiln::detail::str_cat(v) + " for the integer input (" +
-                                       std::string(dtype_name(dtype)) + ")");
-          // Exactly representable bounds: [min, max + 1) as doubles.
-          const double lo = static_cast<double>(std::numeric_limits<T>::min());
-          const double hi = static_cast<double>(std::numeric_limits<T>::max()) + 1.0;
-          if (!(v >= lo && v < hi)) reject("value " + kiln::detail::str_cat(v));
-        }
-        row[k] = static_cast<T>(v);
-      }
-      break;
-    case tensorflow::Feature::kInt64List:
-      for (int64_t k = 0; k < per; ++k) {
-        const int64_t v = f.int64_list().value(static_cast<int>(k));
-        if constexpr (std::is_integral_v<T>)
-          if (!std::in_range<T>(v)) reject("value " + std::to_string(v));
-        row[k] = static_cast<T>(v);
-      }
-      break;
-    case tensorflow::Feature::kBytesList: {
-      const std::string& b = f.bytes_list().value(0);
-      for (int64_t k = 0; k < per; ++k) row[k] = static_cast<T>(b[static_cast<size_t>(k)]);
-      break;
-    }
-    default:
-      break;
-  }
-}
-
-}  // namespace
-
-TensorMap Service::examples_to_inputs(const package::Signature& sig,
-                                      const std::vector<const tensorflow::Example*>& examples,
-                                      const tensorflow::Example* context) {
+TensorMap Service::examples_to_inputs(const package::Signature& sig, std::span<const Features> examples,
+                                      const Features* context) {
   if (examples.empty()) throw InvalidArgumentError("Input is empty: the request has no examples");
-  const int64_t n = static_cast<int64_t>(examples.size());
   TensorMap out;
   for (const auto& in : sig.inputs) {
     const auto& shape = in.spec.shape;
     if (shape.empty() || shape[0] != -1)
       throw InvalidArgumentError("signature '" + sig.name + "' input '" + in.name + "' (" + package::spec_str(in.spec) +
                                  ") has no batch dimension: it cannot take examples");
-    int64_t per = 1;
-    std::vector<int64_t> dims{n};
-    for (size_t d = 1; d < shape.size(); ++d) {
-      if (shape[d] < 0)
-        throw InvalidArgumentError("signature '" + sig.name + "' input '" + in.name + "' (" +
-                                   package::spec_str(in.spec) + ") has an open non-batch dimension: examples cannot fill it");
-      per *= shape[d];
-      dims.push_back(shape[d]);
-    }
-    const DType dtype = in.spec.dtype;
-    // f16/bf16 inputs are filled in f32, bool ones in i64 (nonzero: true), then converted.
-    const DType fill = dtype == DType::kF16 || dtype == DType::kBF16 ? DType::kF32
-                       : dtype == DType::kBool                      ? DType::kI64
-                                                                    : dtype;
-    Tensor t = Tensor::empty(Shape(dims), fill);
-    const bool bytes_ok = dtype == DType::kU8 || dtype == DType::kI8;
-    for (int64_t i = 0; i < n; ++i) {
-      const tensorflow::Feature* f = find_feature(examples[i], in.name);
-      if (!f) f = find_feature(context, in.name);
-      const std::string where = "examples[" + std::to_string(i) + "] feature '" + in.name + "'";
-      if (!f) throw InvalidArgumentError(where + ": missing (signature '" + sig.name + "' needs it: " +
-                                         package::spec_str(in.spec) + ")");
-      int64_t got = 0;
-      switch (f->kind_case()) {
-        case tensorflow::Feature::kFloatList: got = f->float_list().value_size(); break;
-        case tensorflow::Feature::kInt64List: got = f->int64_list().value_size(); break;
-        case tensorflow::Feature::kBytesList:
-          if (!bytes_ok || f->bytes_list().value_size() != 1)
-            throw InvalidArgumentError(where + ": bytes values fill only u8/i8 inputs, one string per example; the input is " +
-                                       package::spec_str(in.spec));
-          got = static_cast<int64_t>(f->bytes_list().value(0).size());
-          break;
-        default:
-          throw InvalidArgumentError(where + ": the feature has no values");
-      }
-      if (got != per)
-        throw InvalidArgumentError(where + ": expected " + std::to_string(per) + " values (" +
-                                   package::spec_str(in.spec) + "), got " + std::to_string(got));
-      switch (t.dtype()) {
-        case DType::kF32: store_row(t.data<float>() + i * per, per, *f, dtype, where); break;
-        case DType::kF64: store_row(t.data<double>() + i * per, per, *f, dtype, where); break;
-        case DType::kI64: store_row(t.data<int64_t>() + i * per, per, *f, dtype, where); break;
-        case DType::kI32: store_row(t.data<int32_t>() + i * per, per, *f, dtype, where); break;
-        case DType::kU8: store_row(t.data<uint8_t>() + i * per, per, *f, dtype, where); break;
-        case DType::kI8: store_row(t.data<int8_t>() + i * per, per, *f, dtype, where); break;
-        default:
-          KILN_CHECK_INTERNAL(false, "examples_to_inputs: no fill for ", dtype_name(fill));
-      }
-    }
-    out.emplace(in.name, fill != dtype ? t.to(dtype) : std::move(t));
+    const std::span<const int64_t> row(shape.data() + 1, shape.size() - 1);
+    if (std::any_of(row.begin(), row.end(), [](int64_t d) { return d < 0; }))
+      throw InvalidArgumentError("signature '" + sig.name + "' input '" + in.name + "' (" +
+                                 package::spec_str(in.spec) + ") has an open non-batch dimension: examples cannot fill it");
+    out.emplace(in.name, dense_from_examples(examples, context, in.name, row, in.spec.dtype));
   }
   return out;
+}
+
+namespace {
+
+// A tensorflow.Example proto in kiln's feature model.
+Features features_of(const tensorflow::Example& example) {
+  Features out;
+  if (!example.has_features()) return out;
+  for (const auto& [name, f] : example.features().feature()) {
+    Feature& g = out[name];
+    switch (f.kind_case()) {
+      case tensorflow::Feature::kFloatList:
+        g.kind = Feature::kFloat;
+        g.floats.assign(f.float_list().value().begin(), f.float_list().value().end());
+        break;
+      case tensorflow::Feature::kInt64List:
+        g.kind = Feature::kInt64;
+        g.ints.assign(f.int64_list().value().begin(), f.int64_list().value().end());
+        break;
+      case tensorflow::Feature::kBytesList:
+        g.kind = Feature::kBytes;
+        g.bytes.assign(f.bytes_list().value().begin(), f.bytes_list().value().end());
+        break;
+      case tensorflow::Feature::KIND_NOT_SET:
+        break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Service::Examples Service::examples_of(const tensorflow::serving::Input& input) {
+  Examples ex;
+  switch (input.kind_case()) {
+    case tensorflow::serving::Input::kExampleList:
+      for (const auto& e : input.example_list().examples()) ex.examples.push_back(features_of(e));
+      break;
+    case tensorflow::serving::Input::kExampleListWithContext:
+      for (const auto& e : input.example_list_with_context().examples()) ex.examples.push_back(features_of(e));
+      if (input.example_list_with_context().has_context())
+        ex.context = features_of(input.example_list_with_context().context());
+      break;
+    case tensorflow::serving::Input::KIND_NOT_SET:
+      break;
+  }
+  if (ex.examples.empty()) throw InvalidArgumentError("Input is empty: it holds no examples");
+  return ex;
 }
 
 namespace {

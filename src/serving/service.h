@@ -4,14 +4,16 @@
 // regress), turning outputs into classes/scores or regression values, and request
 // accounting (metrics + the access log).
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "kiln/core/example.h"
 #include "kiln/serving/metrics.h"
 #include "kiln/serving/model_manager.h"
-#include "tensorflow/example.pb.h"
+#include "tensorflow_serving/apis/input.pb.h"
 
 namespace kiln::serving {
 
@@ -41,12 +43,18 @@ class Service {
                                              std::string_view method = {});
 
   // Examples -> one tensor per signature input: the feature named like the input
-  // (looked up in each example, then in the context), float_list / int64_list values
-  // (or one bytes_list entry for u8/i8 inputs) filling the input's non-batch shape.
-  // INVALID_ARGUMENT naming the example, feature and sizes otherwise.
-  static TensorMap examples_to_inputs(const package::Signature& sig,
-                                      const std::vector<const tensorflow::Example*>& examples,
-                                      const tensorflow::Example* context);
+  // (looked up in each example, then in the context) filling the input's non-batch shape
+  // by kiln::dense_from_examples' rules (kiln/core/example.h). INVALID_ARGUMENT naming
+  // the example, feature and sizes otherwise, or for an input without a batch dimension.
+  static TensorMap examples_to_inputs(const package::Signature& sig, std::span<const Features> examples,
+                                      const Features* context);
+  // A classify/regress request's examples (gRPC, warm-up records) in kiln's feature
+  // model; INVALID_ARGUMENT when it holds none.
+  struct Examples {
+    std::vector<Features> examples;
+    std::optional<Features> context;
+  };
+  static Examples examples_of(const tensorflow::serving::Input& input);
   // Classify outputs -> per example, (label, score) for every class: the `scores`
   // output (f32 [N, K]; or the only float output), labels from a string-free `classes`
   // output of shape [N, K] when there is one, else the class index.

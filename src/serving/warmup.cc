@@ -45,15 +45,8 @@ void replay(const Servable& s, const tensorflow::serving::PredictionLog& log) {
       const auto& input = classify ? log.classify_log().request().input() : log.regress_log().request().input();
       const auto& sig = Service::signature(s, spec.signature_name(),
                                            classify ? package::kClassifyMethod : package::kRegressMethod);
-      std::vector<const tensorflow::Example*> ex;
-      const tensorflow::Example* ctx = nullptr;
-      if (input.has_example_list_with_context()) {
-        for (auto& e : input.example_list_with_context().examples()) ex.push_back(&e);
-        ctx = &input.example_list_with_context().context();
-      } else {
-        for (auto& e : input.example_list().examples()) ex.push_back(&e);
-      }
-      s.predict_sync(sig.name, Service::examples_to_inputs(sig, ex, ctx));
+      const Service::Examples ex = Service::examples_of(input);
+      s.predict_sync(sig.name, Service::examples_to_inputs(sig, ex.examples, ex.context ? &*ex.context : nullptr));
       return;
     }
     default:

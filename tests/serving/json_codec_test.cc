@@ -533,24 +533,26 @@ TEST(JsonExamples, FeatureKinds) {
   })");
   EXPECT_EQ(r.signature_name, "classify");
   ASSERT_TRUE(r.has_context);
-  EXPECT_EQ(r.context.features().feature().at("lang").bytes_list().value(0), "en");
-  EXPECT_EQ(r.context.features().feature().at("scale").float_list().value(0), 0.5f);
+  EXPECT_EQ(r.context.at("lang"), Feature::of_bytes({"en"}));
+  EXPECT_EQ(r.context.at("scale"), Feature::of_floats({0.5f}));
   ASSERT_EQ(r.examples.size(), 2u);
-  const auto& f = r.examples[0].features().feature();
-  EXPECT_EQ(f.at("age").int64_list().value(0), 31);
-  EXPECT_EQ(f.at("w").float_list().value(0), 1.5f);
-  EXPECT_EQ(f.at("name").bytes_list().value(0), "bob");
-  EXPECT_EQ(f.at("img").bytes_list().value(0), std::string("\x01\x02\x03", 3));
-  ASSERT_EQ(f.at("mixed").float_list().value_size(), 2);  // an int among floats: a float_list
-  EXPECT_EQ(f.at("mixed").float_list().value(0), 1.0f);
-  ASSERT_EQ(f.at("ints").int64_list().value_size(), 3);
-  EXPECT_EQ(f.at("ints").int64_list().value(1), -2);
-  EXPECT_EQ(f.at("tags").bytes_list().value(1), "b");
-  EXPECT_EQ(f.at("flag").int64_list().value(0), 1);
-  EXPECT_EQ(f.at("empty").kind_case(), tensorflow::Feature::KIND_NOT_SET);
-  EXPECT_TRUE(std::isnan(f.at("nan").float_list().value(0)));
-  EXPECT_EQ(f.at("nan").float_list().value(1), -std::numeric_limits<float>::infinity());
-  EXPECT_EQ(r.examples[1].features().feature().at("age").int64_list().value(0), 40);
+  const Features& f = r.examples[0];
+  EXPECT_EQ(f.at("age"), Feature::of_ints({31}));
+  EXPECT_EQ(f.at("w"), Feature::of_floats({1.5f}));
+  EXPECT_EQ(f.at("name"), Feature::of_bytes({"bob"}));
+  EXPECT_EQ(f.at("img"), Feature::of_bytes({std::string("\x01\x02\x03", 3)}));
+  EXPECT_EQ(f.at("mixed"), Feature::of_floats({1.0f, 2.5f}));  // an int among floats: a float_list
+  EXPECT_EQ(f.at("ints").kind, Feature::kInt64);
+  ASSERT_EQ(f.at("ints").ints.size(), 3u);
+  EXPECT_EQ(f.at("ints").ints[1], -2);
+  EXPECT_EQ(f.at("tags").kind, Feature::kBytes);
+  EXPECT_EQ(f.at("tags").bytes.at(1), "b");
+  EXPECT_EQ(f.at("flag"), Feature::of_ints({1}));
+  EXPECT_EQ(f.at("empty").kind, Feature::kNone);
+  ASSERT_EQ(f.at("nan").kind, Feature::kFloat);
+  EXPECT_TRUE(std::isnan(f.at("nan").floats.at(0)));
+  EXPECT_EQ(f.at("nan").floats.at(1), -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(r.examples[1].at("age"), Feature::of_ints({40}));
 
   auto no_ctx = decode_examples(R"({"examples": [{}]})");
   EXPECT_FALSE(no_ctx.has_context);

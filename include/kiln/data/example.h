@@ -25,37 +25,15 @@
 #include <variant>
 #include <vector>
 
+#include "kiln/core/example.h"
 #include "kiln/data/value.h"
 
 namespace kiln::data {
 
-// One feature: a list of byte strings, float32s or int64s (tensorflow.Feature's oneof).
-struct Feature {
-  enum Kind : uint8_t {
-    kNone,   // no list set (an empty tensorflow.Feature); parsed as if the feature were absent
-    kBytes,  // bytes_list -> string components
-    kFloat,  // float_list -> f32 components
-    kInt64,  // int64_list -> i64 components
-  };
-  Kind kind = kNone;
-  // Only the vector of `kind` is used (encoding ignores the others).
-  std::vector<std::string> bytes;
-  std::vector<float> floats;
-  std::vector<int64_t> ints;
-
-  static Feature of_bytes(std::vector<std::string> v);
-  static Feature of_floats(std::vector<float> v);
-  static Feature of_ints(std::vector<int64_t> v);
-  // Number of values of `kind`.
-  size_t size() const;
-  // Same kind and values; floats compare bit for bit (NaN == NaN, 0.0 != -0.0).
-  bool operator==(const Feature& o) const;
-};
-
-// "bytes_list", "float_list", "int64_list" or "no list".
-std::string_view feature_kind_name(Feature::Kind kind);
-
-using Features = std::map<std::string, Feature>;
+// The feature model is shared with the server (kiln/core/example.h).
+using kiln::Feature;
+using kiln::feature_kind_name;
+using kiln::Features;
 // Per name, one Feature per time step.
 using FeatureLists = std::map<std::string, std::vector<Feature>>;
 
