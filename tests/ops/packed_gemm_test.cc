@@ -1,5 +1,5 @@
-// The 6x16 GEMM over a packed B (src/backends/cpu/packed_gemm.h) against kiln's
-// f64 matmul loop: every row remainder (1-6 rows), full and partial 16-column
+// The GEMM over a packed B (src/backends/cpu/packed_gemm.h), its 6x16 AVX2 tile and its
+// 6x64 AVX-512 one, against kiln's f64 matmul loop: every row remainder (1-6 rows), full and partial 16-column
 // panels (masked stores that must not write past N), K over several blocks, A
 // transposed or not, B transposed or not, bias and ReLU, 1-3 threads (the
 // panel and the row split); and the graphs and weight gradients that take it
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/cpu_isa.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/shape.h"
@@ -28,14 +29,22 @@ namespace {
 
 namespace pg = cpu::packed_gemm;
 
-TEST(PackedGemm, KernelMatchesF64Loops) {
+// Runs the kernel at ISA level `isa` (the 6x16 AVX2 tile or the 6x64 AVX-512 one).
+void check_against_f64(CpuIsa isa) {
   ASSERT_TRUE(pg::available()) << "built without AVX2/FMA?";
+  struct Restore {
+    CpuIsa level = cpu_isa();
+    ~Restore() { set_cpu_isa_cap(level); }
+  } restore;
+  set_cpu_isa_cap(isa);
   struct Case {
     int64_t M, K, N;
   };
-  const std::vector<Case> cases = {{1, 1, 1},      {5, 3, 10},    {6, 7, 17},    {7, 16, 16},
-                                   {12, 33, 130},  {13, 300, 33}, {64, 600, 40}, {65, 1100, 9},
-                                   {64, 784, 256}, {200, 20, 48}, {3, 513, 31}};
+  // Rows: every remainder of 6; columns: 1-13 panels (the AVX-512 tile's last group of
+  // 1-3 panels), partial ones; K over several blocks of both tiles.
+  const std::vector<Case> cases = {{1, 1, 1},      {5, 3, 10},    {6, 7, 17},    {7, 16, 16},    {11, 5, 33},
+                                   {12, 33, 130},  {13, 300, 33}, {64, 600, 40}, {65, 1100, 9},  {23, 257, 48},
+                                   {64, 784, 256}, {200, 20, 48}, {3, 513, 31},  {36, 64, 32},   {25, 40, 200}};
   const int saved = num_threads();
   uint64_t seed = 1;
   for (const int threads : {1, 2, 3}) {
@@ -72,6 +81,15 @@ TEST(PackedGemm, KernelMatchesF64Loops) {
     }
   }
   set_num_threads(saved);
+}
+
+TEST(PackedGemm, Avx2TileMatchesF64Loops) { check_against_f64(CpuIsa::kAvx2); }
+
+TEST(PackedGemm, Avx512TileMatchesF64Loops) {
+  if (!cpu_has(CpuIsa::kAvx512))  // the CPU lacks it, or KILN_CPU_ISA capped it
+    GTEST_SKIP() << "kiln runs " << cpu_isa_name(cpu_isa()) << " here (CPU: " << cpu_isa_name(detected_cpu_isa())
+                 << "), not AVX-512";
+  check_against_f64(CpuIsa::kAvx512);
 }
 
 TEST(PackedGemm, ReluKeepsNaN) {

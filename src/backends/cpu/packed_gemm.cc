@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kiln/core/cpu_isa.h"
 #include "kiln/core/flags.h"
 #include "kiln/core/parallel.h"
 
@@ -139,17 +140,26 @@ void pack(const float* b, int64_t K, int64_t N, bool trans_b, float* packed) {
 void run(const float* a, bool trans_a, int64_t M, int64_t K, int64_t N, const float* packed, const float* bias,
          bool relu, float* c) {
 #ifdef KILN_PACKED_GEMM_AVX2
-  const int64_t P = (N + kPanel - 1) / kPanel, groups = (M + kRows - 1) / kRows;
+  const bool wide = cpu_has(CpuIsa::kAvx512);
+  const int64_t rows = wide ? detail::kAvx512Rows : kRows;
+  const int64_t P = (N + kPanel - 1) / kPanel, groups = (M + rows - 1) / rows;
   const int64_t threads = std::min<int64_t>(num_threads(), std::max<int64_t>(1, M * K * N / kMinMacsPerThread));
-  auto body = trans_a ? panels<true> : panels<false>;
-  if (P >= threads) {  // by panels: each thread's share of B stays in its L2 from call to call
-    parallel_for(P, std::max<int64_t>(1, P / threads),
-                 [&](int64_t lo, int64_t hi) { body(a, M, K, N, packed, bias, relu, c, lo, hi, 0, M); });
+  auto body = [&](int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
+    if (wide)
+      detail::panels_avx512(trans_a, a, M, K, N, packed, bias, relu, c, p0, p1, r0, r1);
+    else
+      (trans_a ? panels<true> : panels<false>)(a, M, K, N, packed, bias, relu, c, p0, p1, r0, r1);
+  };
+  // The AVX-512 tile takes panels in fours: threads split those groups, not panels.
+  const int64_t per_unit = wide ? detail::kAvx512Panels : 1, units = (P + per_unit - 1) / per_unit;
+  if (units >= threads) {  // by panels: each thread's share of B stays in its L2 from call to call
+    parallel_for(units, std::max<int64_t>(1, units / threads), [&](int64_t lo, int64_t hi) {
+      body(lo * per_unit, std::min(P, hi * per_unit), 0, M);
+    });
     return;
   }
-  parallel_for(groups, std::max<int64_t>(1, groups / threads), [&](int64_t lo, int64_t hi) {
-    body(a, M, K, N, packed, bias, relu, c, 0, P, lo * kRows, std::min(M, hi * kRows));
-  });
+  parallel_for(groups, std::max<int64_t>(1, groups / threads),
+               [&](int64_t lo, int64_t hi) { body(0, P, lo * rows, std::min(M, hi * rows)); });
 #else
   (void)a, (void)trans_a, (void)M, (void)K, (void)N, (void)packed, (void)bias, (void)relu, (void)c;
   std::abort();  // available() is false without AVX2

@@ -19,8 +19,10 @@
 // 1.1-1.2x on 64x784x256, 64x256x128, 32x3136x128, 128x784x256 and the weight
 // gradients 784x32x256, 784x128x256, 3136x32x128 (A transposed); level at 2048 rows.
 //
-// KILN_PACKED_GEMM=0 turns it off (read per call). Compiled only with AVX2 and
-// FMA; otherwise available() is false.
+// On a CPU with AVX-512 (kiln/core/cpu_isa.h) the same panels run through a 6x64 tile
+// of zmm registers (packed_gemm_avx512.cc); KILN_CPU_ISA=avx2 keeps the 6x16 AVX2 tile.
+// The packed_gemm kernel preference (kiln/core/flags.h) turns it off. Compiled only with
+// AVX2 and FMA; otherwise available() is false.
 #include <cstddef>
 #include <cstdint>
 
@@ -39,5 +41,15 @@ void pack(const float* b, int64_t K, int64_t N, bool trans_b, float* packed);
 // transpose of a [K, M]; bias [N] may be null; a, c row-major and dense.
 void run(const float* a, bool trans_a, int64_t M, int64_t K, int64_t N, const float* packed, const float* bias,
          bool relu, float* c);
+
+namespace detail {
+// The AVX-512 tiles (packed_gemm_avx512.cc), chosen by run() when cpu_has(kAvx512):
+// rows [r0, r1) x panels [p0, p1) of c, in row groups of kAvx512Rows and groups of
+// kAvx512Panels panels.
+inline constexpr int64_t kAvx512Rows = 6;
+inline constexpr int64_t kAvx512Panels = 4;
+void panels_avx512(bool trans_a, const float* a, int64_t M, int64_t K, int64_t N, const float* packed,
+                   const float* bias, bool relu, float* c, int64_t p0, int64_t p1, int64_t r0, int64_t r1);
+}  // namespace detail
 
 }  // namespace kiln::cpu::packed_gemm
