@@ -1,11 +1,12 @@
 // The direct NHWC convolution (src/backends/cpu/direct_conv.h) against f64
 // direct loops: the kernel itself over every tile width, filter sizes 1-5,
 // asymmetric padding, channel counts that are not multiples of 8, bias and
-// ReLU; the backward-data problem (flipped, transposed filter); and the conv2d
+// ReLU, at each ISA level (the AVX2 tiles, the AVX-512 one); the backward-data problem
+// (flipped, transposed filter); and the conv2d
 // ops with the kernel on and off (KILN_DIRECT_CONV), which must agree.
 #include "backends/cpu/direct_conv.h"
 
-
+#include "isa_levels.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/shape.h"
 #include "kiln/core/tensor.h"
@@ -106,7 +107,7 @@ TEST(DirectConv, WinogradTakesThe3x3LayersItShould) {
   EXPECT_FALSE(dc::uses_winograd(p));
 }
 
-TEST(DirectConv, KernelMatchesF64Loops) {
+void kernel_matches_f64_loops() {
   for (const Problem& p : both_algorithms(problems())) {
     SCOPED_TRACE(name(p, true));
     ASSERT_TRUE(dc::supports(p)) << "the kernel must handle this shape (built without AVX2?)";
@@ -130,7 +131,7 @@ TEST(DirectConv, KernelMatchesF64Loops) {
   }
 }
 
-TEST(DirectConv, BackwardDataProblemMatchesF64Loops) {
+void backward_data_matches_f64_loops() {
   for (Problem p : both_algorithms(problems())) {
     std::swap(p.c, p.o);  // the backward problem's output channels (p.c) must be
                           // a multiple of 16
@@ -150,6 +151,15 @@ TEST(DirectConv, BackwardDataProblemMatchesF64Loops) {
     dc::run(bp, dy32.data<float>(), packed.data(), nullptr, dx.data<float>(), false);
     EXPECT_CLOSE(dx, ref, 1e-4, 1e-4);
   }
+}
+
+// At each ISA level: the AVX2 tiles and the AVX-512 one (up to four 16-channel blocks).
+TEST(DirectConv, KernelMatchesF64Loops) {
+  at_each_isa_level([] { kernel_matches_f64_loops(); });
+}
+
+TEST(DirectConv, BackwardDataProblemMatchesF64Loops) {
+  at_each_isa_level([] { backward_data_matches_f64_loops(); });
 }
 
 TEST(DirectConv, FilterGradientMatchesF64Loops) {

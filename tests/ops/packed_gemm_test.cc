@@ -22,6 +22,7 @@
 #include "kiln/ops/creation.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/linalg.h"
+#include "isa_levels.h"
 #include "test_util.h"
 
 namespace kiln::testing {
@@ -29,14 +30,9 @@ namespace {
 
 namespace pg = cpu::packed_gemm;
 
-// Runs the kernel at ISA level `isa` (the 6x16 AVX2 tile or the 6x64 AVX-512 one).
-void check_against_f64(CpuIsa isa) {
+// At each ISA level (kernel tests run in: the 6x16 AVX2 tile, the 6x64 AVX-512 one).
+void check_against_f64() {
   ASSERT_TRUE(pg::available()) << "built without AVX2/FMA?";
-  struct Restore {
-    CpuIsa level = cpu_isa();
-    ~Restore() { set_cpu_isa_cap(level); }
-  } restore;
-  set_cpu_isa_cap(isa);
   struct Case {
     int64_t M, K, N;
   };
@@ -83,14 +79,7 @@ void check_against_f64(CpuIsa isa) {
   set_num_threads(saved);
 }
 
-TEST(PackedGemm, Avx2TileMatchesF64Loops) { check_against_f64(CpuIsa::kAvx2); }
-
-TEST(PackedGemm, Avx512TileMatchesF64Loops) {
-  if (!cpu_has(CpuIsa::kAvx512))  // the CPU lacks it, or KILN_CPU_ISA capped it
-    GTEST_SKIP() << "kiln runs " << cpu_isa_name(cpu_isa()) << " here (CPU: " << cpu_isa_name(detected_cpu_isa())
-                 << "), not AVX-512";
-  check_against_f64(CpuIsa::kAvx512);
-}
+TEST(PackedGemm, KernelMatchesF64Loops) { at_each_isa_level([] { check_against_f64(); }); }
 
 TEST(PackedGemm, ReluKeepsNaN) {
   const int64_t M = 6, K = 4, N = 16;

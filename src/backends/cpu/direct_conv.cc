@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "direct_conv_tiles.h"
+#include "kiln/core/cpu_isa.h"
 #include "kiln/core/flags.h"
 #include "kiln/core/parallel.h"
 #include "onednn.h"
@@ -133,14 +134,17 @@ void rows(const Problem& p, const float* x, const float* packed, const float* bi
   const int64_t c = p.c, oh = p.oh(), ow = p.ow(), row = (p.w + p.pl + p.pr) * c, block = block_rows(p);
   const int64_t bw = block_width(p), max_tile = 96 / bw, taps = p.kh * p.kw * c;  // 12 accumulators a tile
   const int64_t tiles = (ow + max_tile - 1) / max_tile;
-  const bool small = few_channels(p);
+  const bool small = few_channels(p), wide = !small && cpu_has(CpuIsa::kAvx512);
   SmallTileFn small_fns[kMaxTile + 1] = {};
   if (small)
     for (int r = 1; r <= max_tile; ++r) small_fns[r] = small_tile_for(p.kw * c, static_cast<int>(bw / 8), r);
   for (int64_t b0 = r0; b0 < r1; b0 += block) {
     const int64_t b1 = std::min(r1, b0 + block);
     const float* buf = pad_rows(p, x, n, b0, b1 - b0 + p.kh - 1);
-    for (int64_t cb = 0; cb < p.o / bw; ++cb) {
+    // The AVX-512 tile takes up to kAvx512Blocks blocks of 16 channels at once.
+    const int64_t nblk = p.o / bw;
+    for (int64_t cb = 0, nb = 1; cb < nblk; cb += nb) {
+      nb = wide ? std::min(kAvx512Blocks, nblk - cb) : 1;
       const float* w = packed + cb * taps * bw;
       for (int64_t r = b0; r < b1; ++r) {
         float* out = y + ((n * oh + r) * ow) * p.o + cb * bw;
@@ -148,8 +152,13 @@ void rows(const Problem& p, const float* x, const float* packed, const float* bi
         // Balanced tiles: widths differ by at most one (14 -> 5, 5, 4).
         for (int64_t t = 0, col = 0; t < tiles; ++t) {
           const int64_t width = (ow - col) / (tiles - t);
-          if (small) small_fns[width](in + col * c, row, c, p.kh, w, bias + cb * bw, out + col * p.o, p.o, relu);
-          else kTiles[width](in + col * c, row, c, p.kh, p.kw * c, w, bias + cb * bw, out + col * p.o, p.o, relu);
+          if (small)
+            small_fns[width](in + col * c, row, c, p.kh, w, bias + cb * bw, out + col * p.o, p.o, relu);
+          else if (wide)
+            tile_avx512(width, nb, in + col * c, row, c, p.kh, p.kw * c, w, taps * bw, bias + cb * bw, out + col * p.o,
+                        p.o, relu);
+          else
+            kTiles[width](in + col * c, row, c, p.kh, p.kw * c, w, bias + cb * bw, out + col * p.o, p.o, relu);
           col += width;
         }
       }

@@ -1,6 +1,7 @@
 #pragma once
-// Internal to the CPU backend: the AVX2 register tiles and row buffers shared by the
-// direct convolution (direct_conv.cc) and its Winograd path (winograd_conv.cc). The
+// Internal to the CPU backend: the AVX2 register tiles (and the AVX-512 one's entry point)
+// and row buffers shared by the direct convolution (direct_conv.cc) and its Winograd path
+// (winograd_conv.cc). The
 // tiles exist only in builds with AVX2 and FMA (KILN_DIRECT_CONV_AVX2); the sizes below
 // in every build.
 #include <cstdint>
@@ -9,9 +10,21 @@ namespace kiln::cpu::direct_conv::detail {
 inline constexpr int64_t kBlock = 16;            // output channels per tile (two AVX registers)
 inline constexpr int64_t kMaxTile = 6;           // output pixels per tile: 12 accumulators
 inline constexpr int64_t kPadBytes = 256 << 10;  // padded rows per block: at most this much
+
+// The AVX-512 tile (direct_conv_avx512.cc; call only when cpu_has(kAvx512)): r <= kMaxTile
+// output pixels x nb <= kAvx512Blocks blocks of 16 channels, block b's packed filter at
+// w + b * wstride, its output at out + b * 16 (bias likewise):
+// out[r'*ldo + b*16 + 0..15] = relu?(bias[b*16 + 0..15] + sum over (i < kh, j < kwc) of
+// in[i*ldr + r'*c + j] * w[b*wstride + (i*kwc + j)*16 + 0..15]).
+inline constexpr int64_t kAvx512Blocks = 4;
+void tile_avx512(int64_t r, int64_t nb, const float* in, int64_t ldr, int64_t c, int64_t kh, int64_t kwc,
+                 const float* w, int64_t wstride, const float* bias, float* out, int64_t ldo, bool relu);
 }  // namespace kiln::cpu::direct_conv::detail
 
-#if defined(__AVX2__) && defined(__FMA__)
+// A translation unit compiled for a higher ISA (direct_conv_avx512.cc) defines
+// KILN_DIRECT_CONV_SIZES_ONLY: its copies of the inline AVX2 tiles below could be the ones
+// the linker keeps, and would then run AVX-512 encodings on AVX2-only CPUs.
+#if defined(__AVX2__) && defined(__FMA__) && !defined(KILN_DIRECT_CONV_SIZES_ONLY)
 #include <immintrin.h>
 
 #include <algorithm>

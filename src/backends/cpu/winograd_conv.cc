@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "direct_conv_tiles.h"
+#include "kiln/core/cpu_isa.h"
 #include "kiln/core/flags.h"
 #include "kiln/core/parallel.h"
 #include "onednn.h"
@@ -86,16 +87,26 @@ void tile_rows(const Problem& p, const float* x, const float* u, const float* bi
   thread_local std::vector<float> zeros;
   if (zeros.size() < size_t(o)) zeros.assign(size_t(o), 0.0f);
   const int64_t tiles = (i1 - i0) * tw, blocks = (tiles + kMaxTile - 1) / kMaxTile;
+  const bool wide = cpu_has(CpuIsa::kAvx512);
   for (int64_t b = 0, t0 = 0; b < blocks; ++b) {
     const int64_t nt = (tiles - t0) / (blocks - b);  // balanced: sizes differ by at most one
     for (int64_t t = 0; t < nt; ++t) {
       const int64_t i = (t0 + t) / tw, j = (t0 + t) % tw;
       transform_input(buf + 2 * i * row + 2 * j * c, row, c, v + t * c, kMaxTile * c);
     }
-    for (int64_t xi = 0; xi < 16; ++xi)
-      for (int64_t ob = 0; ob < o / kBlock; ++ob)
-        kTiles[nt](v + xi * kMaxTile * c, 0, c, 1, c, u + (xi * (o / kBlock) + ob) * c * kBlock, zeros.data(),
+    const int64_t nblk = o / kBlock;
+    for (int64_t xi = 0; xi < 16; ++xi) {
+      if (wide) {
+        for (int64_t ob = 0; ob < nblk; ob += kAvx512Blocks)
+          tile_avx512(nt, std::min(kAvx512Blocks, nblk - ob), v + xi * kMaxTile * c, 0, c, 1, c,
+                      u + (xi * nblk + ob) * c * kBlock, c * kBlock, zeros.data(), m + xi * kMaxTile * o + ob * kBlock,
+                      o, false);
+        continue;
+      }
+      for (int64_t ob = 0; ob < nblk; ++ob)
+        kTiles[nt](v + xi * kMaxTile * c, 0, c, 1, c, u + (xi * nblk + ob) * c * kBlock, zeros.data(),
                    m + xi * kMaxTile * o + ob * kBlock, o, false);
+    }
     for (int64_t t = 0; t < nt; ++t) {
       const int64_t i = i0 + (t0 + t) / tw, j = (t0 + t) % tw;
       transform_output(m + t * o, kMaxTile * o, o, bias, relu, y + ((n * oh + 2 * i) * ow + 2 * j) * o, ow * o,
