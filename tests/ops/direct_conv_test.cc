@@ -20,6 +20,10 @@ namespace {
 using cpu::direct_conv::Problem;
 namespace dc = cpu::direct_conv;
 
+void kernel_matches_f64_loops();
+void backward_data_matches_f64_loops();
+void filter_gradient_matches_f64_loops();
+
 Problem problem(int64_t n, int64_t h, int64_t w, int64_t c, int64_t o, int64_t kh, int64_t kw,
                 std::vector<int64_t> pads) {
   Problem p;
@@ -153,7 +157,7 @@ void backward_data_matches_f64_loops() {
   }
 }
 
-// At each ISA level: the AVX2 tiles and the AVX-512 one (up to four 16-channel blocks).
+// At each ISA level: the AVX2 tiles and the AVX-512 ones (up to four 16-channel blocks).
 TEST(DirectConv, KernelMatchesF64Loops) {
   at_each_isa_level([] { kernel_matches_f64_loops(); });
 }
@@ -163,6 +167,10 @@ TEST(DirectConv, BackwardDataProblemMatchesF64Loops) {
 }
 
 TEST(DirectConv, FilterGradientMatchesF64Loops) {
+  at_each_isa_level([] { filter_gradient_matches_f64_loops(); });
+}
+
+void filter_gradient_matches_f64_loops() {
   std::vector<Problem> ps = problems();
   ps.push_back(problem(3, 28, 28, 1, 32, 3, 3, {1, 1, 1, 1}));  // the cnn's first layer: c = 1
   ps.push_back(problem(2, 6, 5, 3, 16, 2, 2, {1, 0, 0, 1}));    // c = 3, even filter, asymmetric pads

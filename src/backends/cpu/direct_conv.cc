@@ -182,16 +182,23 @@ const int64_t* filter_offsets(const Problem& p) {
 void grad_rows(const Problem& p, const float* x, const float* dy_rows, int64_t n, int64_t r0, int64_t r1,
                const int64_t* off, float* dw) {
   const int64_t ow = p.ow(), row = (p.w + p.pl + p.pr) * p.c, block = block_rows(p);
-  const int64_t m = p.kh * p.kw * p.c;
+  const int64_t m = p.kh * p.kw * p.c, nblk = p.o / kBlock;
+  const bool wide = cpu_has(CpuIsa::kAvx512);  // the AVX-512 tile: up to kAvx512Blocks blocks at once
   for (int64_t b0 = r0; b0 < r1; b0 += block) {
     const int64_t b1 = std::min(r1, b0 + block);
     const float* buf = pad_rows(p, x, n, b0, b1 - b0 + p.kh - 1);
     const float* dyb = dy_rows + (b0 - r0) * ow * p.o;
-    for (int64_t cb = 0; cb < p.o / kBlock; ++cb)
+    for (int64_t cb = 0, nb = 1; cb < nblk; cb += nb) {
+      nb = wide ? std::min(kAvx512Blocks, nblk - cb) : 1;
       for (int64_t m0 = 0; m0 < m; m0 += kMaxTile) {
         const int64_t r = std::min(kMaxTile, m - m0);
-        kGradTiles[r](buf, off + m0, row, p.c, b1 - b0, ow, dyb + cb * kBlock, p.o, dw + m0 * p.o + cb * kBlock);
+        if (wide)
+          grad_tile_avx512(r, nb, buf, off + m0, row, p.c, b1 - b0, ow, dyb + cb * kBlock, p.o,
+                           dw + m0 * p.o + cb * kBlock);
+        else
+          kGradTiles[r](buf, off + m0, row, p.c, b1 - b0, ow, dyb + cb * kBlock, p.o, dw + m0 * p.o + cb * kBlock);
       }
+    }
   }
 }
 #endif

@@ -19,6 +19,10 @@ inline constexpr int64_t kPadBytes = 256 << 10;  // padded rows per block: at mo
 inline constexpr int64_t kAvx512Blocks = 4;
 void tile_avx512(int64_t r, int64_t nb, const float* in, int64_t ldr, int64_t c, int64_t kh, int64_t kwc,
                  const float* w, int64_t wstride, const float* bias, float* out, int64_t ldo, bool relu);
+// The filter gradient's AVX-512 tile: grad_tile<r> below over nb <= kAvx512Blocks blocks
+// of 16 columns (dy's and dw's, contiguous).
+void grad_tile_avx512(int64_t r, int64_t nb, const float* xpad, const int64_t* off, int64_t row, int64_t c,
+                      int64_t rows, int64_t ow, const float* dy, int64_t o, float* dw);
 }  // namespace kiln::cpu::direct_conv::detail
 
 // A translation unit compiled for a higher ISA (direct_conv_avx512.cc) defines

@@ -163,6 +163,7 @@ void gradient_tile_rows(const Problem& p, const float* x, const float* dy, int64
   float* v = vbuf.data();
   float* w = wbuf.data();
   const int64_t tiles = (i1 - i0) * tw;
+  const bool wide = cpu_has(CpuIsa::kAvx512);
   for (int64_t t0 = 0; t0 < tiles; t0 += kWinogradGradTiles) {
     const int64_t nt = std::min(kWinogradGradTiles, tiles - t0);
     for (int64_t t = 0; t < nt; ++t) {
@@ -172,14 +173,21 @@ void gradient_tile_rows(const Problem& p, const float* x, const float* dy, int64
                                 std::min<int64_t>(2, ow - 2 * j), w + t * o, ws);
     }
     const int64_t groups = (c + kMaxTile - 1) / kMaxTile;  // rows of dU per tile: balanced (32 -> 6,6,5,5,5,5)
+    const int64_t nblk = o / kBlock;
     for (int64_t xi = 0; xi < 16; ++xi)
-      for (int64_t ob = 0; ob < o / kBlock; ++ob)
+      for (int64_t ob = 0, nb = 1; ob < nblk; ob += nb) {
+        nb = wide ? std::min(kAvx512Blocks, nblk - ob) : 1;  // the AVX-512 tile: up to 4 blocks at once
         for (int64_t g = 0, m0 = 0; g < groups; ++g) {
           const int64_t r = (c - m0) / (groups - g);
-          kGradTiles[r](v + xi * vs, off + m0, 0, c, 1, nt, w + xi * ws + ob * kBlock, o,
-                        du + (xi * c + m0) * o + ob * kBlock);
+          if (wide)
+            grad_tile_avx512(r, nb, v + xi * vs, off + m0, 0, c, 1, nt, w + xi * ws + ob * kBlock, o,
+                             du + (xi * c + m0) * o + ob * kBlock);
+          else
+            kGradTiles[r](v + xi * vs, off + m0, 0, c, 1, nt, w + xi * ws + ob * kBlock, o,
+                          du + (xi * c + m0) * o + ob * kBlock);
           m0 += r;
         }
+      }
   }
 }
 
