@@ -13,6 +13,7 @@
 #include "grpc_server.h"
 #include "http_server.h"
 #include "llm_api.h"
+#include "kiln/core/cpu_isa.h"
 #include "kiln/core/device.h"
 #include "kiln/core/device_config.h"
 #include "kiln/core/error.h"
@@ -77,6 +78,11 @@ struct Server::Impl {
   }
 
   void process_metrics() {
+    // The build and what its CPU kernels run here (kiln/core/cpu_isa.h): a constant 1.
+    metrics.gauge("kiln_build_info", "kiln's version and the instruction set its CPU kernels use (value 1)",
+                  {"version", "cpu_isa", "cpu_isa_detected"})
+        .at({KILN_VERSION_STRING, cpu_isa_name(cpu_isa()), cpu_isa_name(detected_cpu_isa())})
+        .set(1);
     auto& cpu = metrics.gauge("process_cpu_seconds_total", "User + system CPU seconds of the server process", {});
     auto& rss = metrics.gauge("process_resident_memory_bytes", "Resident memory of the server process", {});
     auto& in_use = metrics.gauge("kiln_allocator_bytes_in_use", "Bytes the device allocator has handed out", {"device"});

@@ -8,6 +8,8 @@
 #include <simdjson.h>
 #include <thread>
 
+#include "kiln/core/cpu_isa.h"
+#include "kiln/core/version.h"
 #include "kiln/serving/server.h"
 #include "serving_test_util.h"
 
@@ -148,6 +150,10 @@ TEST_F(Rest, HealthReadinessAndMetrics) {
     EXPECT_NE(m.body.find("kiln_request_latency_seconds_bucket"), std::string::npos);
     EXPECT_NE(m.body.find("process_resident_memory_bytes"), std::string::npos);
     EXPECT_NE(m.body.find("kiln_allocator_bytes_in_use{device=\"cpu:0\"}"), std::string::npos);
+    EXPECT_NE(m.body.find(std::string("kiln_build_info{version=\"") + KILN_VERSION_STRING + "\",cpu_isa=\"" +
+                          cpu_isa_name(cpu_isa()) + "\",cpu_isa_detected=\"" + cpu_isa_name(detected_cpu_isa()) +
+                          "\"} 1"),
+              std::string::npos);
     EXPECT_NE(m.body.find("kiln_model_load_seconds{model=\"mlp\",version=\"1\"}"), std::string::npos);
   }
 }
