@@ -199,6 +199,37 @@ TEST(ConvMaxPool, MaskBackwardEqualsThePoolBackward) {
                     kInvalidArgument, "the mask must be u8");
 }
 
+// bf16 max pooling reads and writes bf16 (2x2 NHWC windows, no widening copies): the
+// same values as the f32 kernels on the widened tensors, bit for bit (a maximum and a
+// routed gradient are bf16 values already), ties, NaN and channel tails included; the
+// bias gradient summed in f32 and rounded once.
+TEST(ConvMaxPool, Bf16PoolsEqualTheWidenedF32Ones) {
+  const OpDef& fwd = OpRegistry::global().get("max_pool2d");
+  const OpDef& back = OpRegistry::global().get("max_pool2d_backward");
+  for (const Shape& xs : {Shape{2, 8, 6, 16}, Shape{3, 28, 28, 32}, Shape{1, 4, 6, 12}, Shape{1, 2, 2, 8}})
+    for (const bool relu : {false, true}) {
+      SCOPED_TRACE(xs.str() + (relu ? " relu" : ""));
+      std::vector<float> xv = quarters(xs, 41).to_vector<float>();
+      xv[5] = std::nanf("");  // a NaN in the first windows
+      const Tensor x = Tensor::from_vector<float>(xv, xs).to(DType::kBF16);
+      const Tensor dy = rand_tensor({xs[0], xs[1] / 2, xs[2] / 2, xs[3]}, DType::kF32, -1, 1, 42).to(DType::kBF16);
+      const Attrs pool{{"ksize", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}},
+                       {"padding", std::string("valid")}, {"data_format", std::string("NHWC")}};
+      const Tensor y = call_op1(fwd, std::vector<Tensor>{x}, pool);
+      ASSERT_EQ(y.dtype(), DType::kBF16);
+      const Tensor y32 = call_op1(fwd, std::vector<Tensor>{x.to(DType::kF32)}, pool);
+      EXPECT_TRUE(array_equal(y.to(DType::kF32), y32));
+      Attrs a = pool;
+      a.set("relu", relu);
+      a.set("bias_grad", true);
+      const std::vector<Tensor> got = call_op(back, std::vector<Tensor>{x, dy}, a);
+      const std::vector<Tensor> want = call_op(back, std::vector<Tensor>{x.to(DType::kF32), dy.to(DType::kF32)}, a);
+      ASSERT_EQ(got[0].dtype(), DType::kBF16);
+      EXPECT_TRUE(array_equal(got[0].to(DType::kF32), want[0]));
+      EXPECT_CLOSE(got[1].to(DType::kF32), want[1], 1e-2, 1e-2);  // one bf16 rounding of the sums
+    }
+}
+
 // fused_conv2d_backward_filter with pool_mask == with y (relu in the mask): the fast
 // path (first layers) and the unfused fallback (Winograd, 24 channels, stride 2).
 TEST(ConvMaxPool, FilterGradientFromTheMaskEqualsFromY) {

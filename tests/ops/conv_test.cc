@@ -328,3 +328,44 @@ TEST(Pool, MaxPoolIgnoresPaddingForNegativeInputs) {
 
 }  // namespace
 }  // namespace kiln::testing
+
+namespace kiln::testing {
+namespace {
+
+// bf16 convolutions run on oneDNN's native bf16 kernels where it has them (f32
+// accumulation, bf16 in and out): within bf16 rounding of the f32 kernels on the widened
+// tensors, forward with bias, backward data and backward filter, for the cnn's layers
+// (one input channel, 32 -> 64) and a strided, padded one. The op's registered kernel
+// is used, whichever path it takes on this CPU.
+TEST(Conv2dBf16, MatchesTheWidenedF32Kernels) {
+  struct Case {
+    Shape x, w;
+    Conv2dOptions o;
+  };
+  const std::vector<Case> cases = {{{4, 28, 28, 1}, {3, 3, 1, 32}, opt({1, 1}, "same")},
+                                   {{4, 14, 14, 32}, {3, 3, 32, 64}, opt({1, 1}, "same")},
+                                   {{2, 9, 11, 16}, {3, 3, 16, 32}, opt({2, 2}, "same")}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.x.str() + " * " + c.w.str());
+    const Tensor x = rand_tensor(c.x, DType::kF32, -1, 1, 1).to(DType::kBF16);
+    const Tensor w = rand_tensor(c.w, DType::kF32, -1, 1, 2).to(DType::kBF16);
+    const Tensor b = rand_tensor({c.w[3]}, DType::kF32, -1, 1, 3).to(DType::kBF16);
+    const Tensor y = conv2d(x, w, c.o, b);
+    ASSERT_EQ(y.dtype(), DType::kBF16);
+    const Tensor y32 = conv2d(x.to(DType::kF32), w.to(DType::kF32), c.o, b.to(DType::kF32));
+    EXPECT_CLOSE(y.to(DType::kF32), y32, 1e-2, 1e-2);
+    const Tensor dy = rand_tensor(y.shape(), DType::kF32, -1, 1, 4).to(DType::kBF16);
+    const Tensor dx = conv2d_backward_data(dy, w, c.x, c.o);
+    ASSERT_EQ(dx.dtype(), DType::kBF16);
+    EXPECT_CLOSE(dx.to(DType::kF32), conv2d_backward_data(dy.to(DType::kF32), w.to(DType::kF32), c.x, c.o), 1e-2,
+                 1e-2);
+    const Tensor dw = conv2d_backward_filter(x, dy, c.w, c.o);
+    ASSERT_EQ(dw.dtype(), DType::kBF16);
+    // Sums of up to 4 * 28 * 28 products: bf16's 8 bits of mantissa on the result.
+    EXPECT_CLOSE(dw.to(DType::kF32), conv2d_backward_filter(x.to(DType::kF32), dy.to(DType::kF32), c.w, c.o), 1e-2,
+                 1e-2);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing

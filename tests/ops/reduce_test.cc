@@ -220,6 +220,23 @@ TEST(Reduce, HalfPrecisionAccumulatesInF32) {
   EXPECT_EQ(ops::mean(b).item<float>(), 1.0f);
 }
 
+// sum and mean read f16/bf16 directly (no widened copy): the same values as the f32
+// kernel on the widened tensor, rounded once, over leading, inner and all axes.
+TEST(Reduce, HalfPrecisionSumsEqualTheWidenedOnes) {
+  for (const DType dt : {DType::kF16, DType::kBF16}) {
+    const Tensor x = rand_tensor({3, 5, 7, 16}, DType::kF32, -4, 4, 9).to(dt);
+    const Tensor x32 = x.to(DType::kF32);
+    for (const std::vector<int64_t>& axes : std::vector<std::vector<int64_t>>{{0, 1, 2}, {3}, {1}, {0, 1, 2, 3}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " axes " + std::to_string(axes.size()) + " from " +
+                   std::to_string(axes[0]));
+      const Tensor s = ops::sum(x, axes), m = ops::mean(x, axes);
+      ASSERT_EQ(s.dtype(), dt);
+      EXPECT_TRUE(array_equal(s.to(DType::kF32), ops::sum(x32, axes).to(dt).to(DType::kF32)));
+      EXPECT_TRUE(array_equal(m.to(DType::kF32), ops::mean(x32, axes).to(dt).to(DType::kF32)));
+    }
+  }
+}
+
 TEST(Reduce, ArgmaxFlatAndFirstOccurrence) {
   Tensor x = make<float>({1, 5, 2, 5, 0, 5}, {2, 3});
   Tensor a = ops::argmax(x);

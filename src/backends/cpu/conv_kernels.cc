@@ -5,7 +5,8 @@
 // kernels (the plain-layout alternative is its im2col+GEMM path, up to 30x slower
 // for depthwise filters), and the filter is reordered to/from the user's HWIO/OIHW
 // layout by a cached reorder primitive (cheap: filters are small next to the
-// activations). f64 uses direct loops (reference grade); f16/bf16 widen to f32.
+// activations). f64 uses direct loops (reference grade); bf16 runs on oneDNN's native
+// bf16 kernels where it has them (below), f16 and the rest widen to f32.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -146,22 +147,21 @@ const float* scratch_direct_filter(const direct_conv::Problem& p, const float* h
 // ---- oneDNN (f32) ------------------------------------------------------------------------
 
 // The user's filter layout as oneDNN logical dims {[G,] O/G, I, KH, KW} with strides.
-memory::desc user_filter_md(const Conv2dGeometry& g) {
+memory::desc user_filter_md(const Conv2dGeometry& g, memory::data_type dt) {
   const int64_t G = g.groups, O = g.o, OG = g.cout_per_group(), I = g.cin_per_group(), KH = g.win.kh,
                 KW = g.win.kw;
-  const auto f32 = memory::data_type::f32;
   if (G == 1) {
-    if (g.nchw) return memory::desc({O, I, KH, KW}, f32, memory::dims{I * KH * KW, KH * KW, KW, 1});
-    return memory::desc({O, I, KH, KW}, f32, memory::dims{1, O, KW * I * O, I * O});
+    if (g.nchw) return memory::desc({O, I, KH, KW}, dt, memory::dims{I * KH * KW, KH * KW, KW, 1});
+    return memory::desc({O, I, KH, KW}, dt, memory::dims{1, O, KW * I * O, I * O});
   }
-  if (g.nchw) return memory::desc({G, OG, I, KH, KW}, f32, memory::dims{OG * I * KH * KW, I * KH * KW, KH * KW, KW, 1});
-  return memory::desc({G, OG, I, KH, KW}, f32, memory::dims{OG, 1, O, KW * I * O, I * O});
+  if (g.nchw) return memory::desc({G, OG, I, KH, KW}, dt, memory::dims{OG * I * KH * KW, I * KH * KW, KH * KW, KW, 1});
+  return memory::desc({G, OG, I, KH, KW}, dt, memory::dims{OG, 1, O, KW * I * O, I * O});
 }
 
-memory::desc any_filter_md(const Conv2dGeometry& g) {
+memory::desc any_filter_md(const Conv2dGeometry& g, memory::data_type dt) {
   memory::dims d = g.groups == 1 ? memory::dims{g.o, g.cin_per_group(), g.win.kh, g.win.kw}
                                  : memory::dims{g.groups, g.cout_per_group(), g.cin_per_group(), g.win.kh, g.win.kw};
-  return memory::desc(d, memory::data_type::f32, memory::format_tag::any);
+  return memory::desc(d, dt, memory::format_tag::any);
 }
 
 struct DnnlConv {
@@ -170,20 +170,22 @@ struct DnnlConv {
   std::string key;
   bool serial = false;  // small enough for the calling thread alone (onednn::runs_serial)
 
-  DnnlConv(const Conv2dGeometry& g, bool with_bias) {
+  // dt: the data type of every tensor (f32, or bf16 for the native bf16 kernels).
+  DnnlConv(const Conv2dGeometry& g, bool with_bias, memory::data_type dt = memory::data_type::f32) {
     const auto& v = g.win;
-    src = nn::act_md(g.nchw, g.n, g.c, g.h, g.w);
-    dst = nn::act_md(g.nchw, g.n, g.o, v.oh, v.ow);
-    user_w = user_filter_md(g);
-    any_w = any_filter_md(g);
-    if (with_bias) bias = memory::desc({g.o}, memory::data_type::f32, memory::format_tag::x);
+    src = nn::act_md(g.nchw, g.n, g.c, g.h, g.w, dt);
+    dst = nn::act_md(g.nchw, g.n, g.o, v.oh, v.ow, dt);
+    user_w = user_filter_md(g, dt);
+    any_w = any_filter_md(g, dt);
+    if (with_bias) bias = memory::desc({g.o}, dt, memory::format_tag::x);
     strides = {v.sh, v.sw};
     dilates = {v.dh - 1, v.dw - 1};
     pad_l = {v.pt, v.pl};
     pad_r = {v.pb, v.pr};
     key = std::to_string(g.nchw) + "|" + std::to_string(g.n) + "," + std::to_string(g.c) + "," + std::to_string(g.h) +
           "," + std::to_string(g.w) + "," + std::to_string(g.o) + "," + std::to_string(g.groups) + "|" +
-          nn::window_key(v) + "|" + std::to_string(with_bias);
+          nn::window_key(v) + "|" + std::to_string(with_bias) +
+          (dt == memory::data_type::f32 ? "" : "|dt" + std::to_string(static_cast<int>(dt)));
     serial = onednn::runs_serial(g.n * v.oh * v.ow * g.o * g.cin_per_group() * v.kh * v.kw);
     key += onednn::serial_tag(serial);
   }
@@ -493,6 +495,111 @@ void conv2d_backward_filter_f32(OpContext& ctx) {
   }
 }
 
+// ---- bf16 on oneDNN's native kernels ----------------------------------------------------
+// bf16 convolutions run on oneDNN's bf16 kernels (AVX512_BF16, or AMX where the CPU and
+// OS grant it), which read and write bf16 and accumulate in f32: no widening copies.
+// Where oneDNN has only its reference kernel for the problem (AVX2-only CPUs), they are
+// widened to f32 like f16; a cached null primitive records "no native kernel" for a
+// problem. (The grey first layer, one input channel, runs slower on oneDNN's bf16 kernel
+// than on kiln's f32 small-channel tile, but the widening copies of its large output
+// cost more: the cnn's mixed_bfloat16 epoch is faster with it native.)
+
+constexpr auto kBf16 = memory::data_type::bf16;
+
+bool native_bf16(const Conv2dGeometry& g) {
+  return g.n > 0 && g.c > 0 && g.o > 0 && g.win.oh > 0 && g.win.ow > 0;
+}
+
+dnnl::primitive optimized_or_null(const dnnl::primitive_desc_base& pd, const std::function<dnnl::primitive()>& make) {
+  return onednn::is_optimized(pd) ? make() : dnnl::primitive();
+}
+
+void conv2d_bf16(OpContext& ctx) {
+  const Conv2dGeometry g = conv2d_geometry("conv2d", ctx.in[0].shape(), ctx.in[1].shape(), ctx.attrs);
+  if (!native_bf16(g)) return via_f32<conv2d_f32>(ctx);
+  const bool with_bias = ctx.in.size() == 3;
+  DnnlConv c(g, with_bias, kBf16);
+  onednn::SerialScope one_thread(c.serial);
+  try {
+    dnnl::primitive p = onednn::cached("conv_fwd|" + c.key, [&]() -> dnnl::primitive {
+      auto pd = c.forward_pd(dnnl::prop_kind::forward_inference);
+      return optimized_or_null(pd, [&] { return dnnl::convolution_forward(pd); });
+    });
+    if (!p) return via_f32<conv2d_f32>(ctx);
+    auto& eng = onednn::engine();
+    memory wm = to_internal("fwd", c, nn::queried_md(p, dnnl_query_weights_md), ctx.in[1].raw_data());
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(c.src, eng, ctx.in[0].raw_data())},
+                                         {DNNL_ARG_WEIGHTS, wm},
+                                         {DNNL_ARG_DST, memory(c.dst, eng, ctx.out[0].raw_data())}};
+    if (with_bias) args.emplace(DNNL_ARG_BIAS, memory(c.bias, eng, ctx.in[2].raw_data()));
+    p.execute(onednn::stream(), args);
+    onednn::stream().wait();
+  } catch (const dnnl::error&) {
+    note_kernel_fallback("conv2d", "oneDNN bf16 failed: widened to f32");
+    via_f32<conv2d_f32>(ctx);
+  }
+}
+
+void conv2d_backward_data_bf16(OpContext& ctx) {
+  const Conv2dGeometry g = backward_data_geometry(ctx);
+  if (!native_bf16(g)) return via_f32<conv2d_backward_data_f32>(ctx);
+  DnnlConv c(g, false, kBf16);
+  onednn::SerialScope one_thread(c.serial);
+  try {
+    dnnl::primitive p = onednn::cached("conv_bwd_data|" + c.key, [&]() -> dnnl::primitive {
+      auto hint = c.forward_pd(dnnl::prop_kind::forward_training);
+      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, c.src, c.any_w, c.dst, c.strides,
+                                              c.dilates, c.pad_l, c.pad_r);
+      dnnl::convolution_backward_data::primitive_desc pd(d, onednn::engine(), hint);
+      return optimized_or_null(pd, [&] { return dnnl::convolution_backward_data(pd); });
+    });
+    if (!p) return via_f32<conv2d_backward_data_f32>(ctx);
+    auto& eng = onednn::engine();
+    memory wm = to_internal("bwd_data", c, nn::queried_md(p, dnnl_query_weights_md), ctx.in[1].raw_data());
+    p.execute(onednn::stream(), {{DNNL_ARG_DIFF_DST, memory(c.dst, eng, ctx.in[0].raw_data())},
+                                 {DNNL_ARG_WEIGHTS, wm},
+                                 {DNNL_ARG_DIFF_SRC, memory(c.src, eng, ctx.out[0].raw_data())}});
+    onednn::stream().wait();
+  } catch (const dnnl::error&) {
+    note_kernel_fallback("conv2d_backward_data", "oneDNN bf16 failed: widened to f32");
+    via_f32<conv2d_backward_data_f32>(ctx);
+  }
+}
+
+void conv2d_backward_filter_bf16(OpContext& ctx) {
+  const Conv2dGeometry g = backward_filter_geometry(ctx);
+  if (!native_bf16(g)) return via_f32<conv2d_backward_filter_f32>(ctx);
+  DnnlConv c(g, false, kBf16);
+  onednn::SerialScope one_thread(c.serial);
+  try {
+    dnnl::primitive p = onednn::cached("conv_bwd_w|" + c.key, [&]() -> dnnl::primitive {
+      auto hint = c.forward_pd(dnnl::prop_kind::forward_training);
+      dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, c.src, c.any_w, c.dst,
+                                                 c.strides, c.dilates, c.pad_l, c.pad_r);
+      dnnl::convolution_backward_weights::primitive_desc pd(d, onednn::engine(), hint);
+      return optimized_or_null(pd, [&] { return dnnl::convolution_backward_weights(pd); });
+    });
+    if (!p) return via_f32<conv2d_backward_filter_f32>(ctx);
+    auto& eng = onednn::engine();
+    memory::desc want = nn::queried_md(p, dnnl_query_diff_weights_md);
+    memory um(c.user_w, eng, ctx.out[0].raw_data());
+    memory wm = want == c.user_w ? um : memory(want, eng);
+    p.execute(onednn::stream(), {{DNNL_ARG_SRC, memory(c.src, eng, ctx.in[0].raw_data())},
+                                 {DNNL_ARG_DIFF_DST, memory(c.dst, eng, ctx.in[1].raw_data())},
+                                 {DNNL_ARG_DIFF_WEIGHTS, wm}});
+    if (!(want == c.user_w)) {
+      dnnl::primitive r = onednn::cached("conv_w_out|" + c.key, [&]() -> dnnl::primitive {
+        return dnnl::reorder(dnnl::reorder::primitive_desc(eng, want, eng, c.user_w));
+      });
+      r.execute(onednn::stream(), {{DNNL_ARG_FROM, wm}, {DNNL_ARG_TO, um}});
+    }
+    onednn::stream().wait();
+  } catch (const dnnl::error&) {
+    note_kernel_fallback("conv2d_backward_filter", "oneDNN bf16 failed: widened to f32");
+    via_f32<conv2d_backward_filter_f32>(ctx);
+  }
+}
+
 // ---- f64 ---------------------------------------------------------------------------------
 
 void conv2d_f64(OpContext& ctx) {
@@ -509,17 +616,19 @@ void conv2d_backward_filter_f64(OpContext& ctx) {
                                     ctx.in[1].data<double>(), ctx.out[0].data<double>());
 }
 
-const std::initializer_list<DType> k16 = {DType::kF16, DType::kBF16};
 KILN_REGISTER_PREPARED_KERNEL("conv2d", kCPU, DType::kF32, prepare_conv2d_f32);
 KILN_REGISTER_PREPARED_KERNEL("fused_conv2d", kCPU, DType::kF32, prepare_fused_conv2d_f32);
 KILN_REGISTER_KERNEL("conv2d", kCPU, DType::kF64, conv2d_f64);
-KILN_REGISTER_KERNEL("conv2d", kCPU, k16, via_f32<conv2d_f32>);
+KILN_REGISTER_KERNEL("conv2d", kCPU, DType::kF16, via_f32<conv2d_f32>);
+KILN_REGISTER_KERNEL("conv2d", kCPU, DType::kBF16, conv2d_bf16);
 KILN_REGISTER_KERNEL("conv2d_backward_data", kCPU, DType::kF32, conv2d_backward_data_f32);
 KILN_REGISTER_KERNEL("conv2d_backward_data", kCPU, DType::kF64, conv2d_backward_data_f64);
-KILN_REGISTER_KERNEL("conv2d_backward_data", kCPU, k16, via_f32<conv2d_backward_data_f32>);
+KILN_REGISTER_KERNEL("conv2d_backward_data", kCPU, DType::kF16, via_f32<conv2d_backward_data_f32>);
+KILN_REGISTER_KERNEL("conv2d_backward_data", kCPU, DType::kBF16, conv2d_backward_data_bf16);
 KILN_REGISTER_KERNEL("conv2d_backward_filter", kCPU, DType::kF32, conv2d_backward_filter_f32);
 KILN_REGISTER_KERNEL("conv2d_backward_filter", kCPU, DType::kF64, conv2d_backward_filter_f64);
-KILN_REGISTER_KERNEL("conv2d_backward_filter", kCPU, k16, via_f32<conv2d_backward_filter_f32>);
+KILN_REGISTER_KERNEL("conv2d_backward_filter", kCPU, DType::kF16, via_f32<conv2d_backward_filter_f32>);
+KILN_REGISTER_KERNEL("conv2d_backward_filter", kCPU, DType::kBF16, conv2d_backward_filter_bf16);
 
 }  // namespace
 }  // namespace kiln::cpu

@@ -13,8 +13,9 @@ namespace kiln::cpu::nn {
 using dnnl::memory;
 
 // Plain activation memory: logical dims {n, c, h, w}, stored NHWC or NCHW.
-inline memory::desc act_md(bool nchw, int64_t n, int64_t c, int64_t h, int64_t w) {
-  return memory::desc({n, c, h, w}, memory::data_type::f32, nchw ? memory::format_tag::nchw : memory::format_tag::nhwc);
+inline memory::desc act_md(bool nchw, int64_t n, int64_t c, int64_t h, int64_t w,
+                           memory::data_type dt = memory::data_type::f32) {
+  return memory::desc({n, c, h, w}, dt, nchw ? memory::format_tag::nchw : memory::format_tag::nhwc);
 }
 
 // The memory descriptor a primitive wants for `what` (e.g. dnnl_query_weights_md).

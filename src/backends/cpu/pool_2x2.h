@@ -12,7 +12,34 @@
 #include <immintrin.h>
 #endif
 
+#include "kiln/core/half.h"
+
 namespace kiln::cpu {
+
+#if defined(__AVX2__)
+// Eight values as f32 lanes, from f32 or bf16 storage, and back. The bf16 store keeps the
+// high half of each lane: exact for values that came from bf16 (a window's maximum, a
+// gradient passed through or zero), which is all the pooling rows store.
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const bfloat16* p) {
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+inline void store8(bfloat16* p, __m256 v) {
+  const __m256i hi = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm_packus_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1)));
+}
+
+// The running maximum's update for one more cell of 8 windows: whether cell e replaces
+// best (greater, or a NaN over a number: the first NaN stays).
+inline __m256 pool_takes(__m256 e, __m256 best) {
+  const __m256 nan_over_number =
+      _mm256_and_ps(_mm256_cmp_ps(e, e, _CMP_UNORD_Q), _mm256_cmp_ps(best, best, _CMP_ORD_Q));
+  return _mm256_or_ps(_mm256_cmp_ps(e, best, _CMP_GT_OQ), nan_over_number);
+}
+#endif
 
 // out[ow, 0:C] = max over the 2x2 window at column 2 * ow of input rows r0 and r1
 // (each at least 2 * PW pixels of C channels), ow < PW. For floats a NaN in a window
@@ -22,7 +49,25 @@ inline void max_pool_2x2_row(const T* r0, const T* r1, int64_t PW, int64_t C, T*
   for (int64_t ow = 0; ow < PW; ++ow) {
     const T *a = r0 + 2 * ow * C, *b = a + C, *c = r1 + 2 * ow * C, *d = c + C;
     T* o = out + ow * C;
-    if constexpr (std::is_integral_v<T>) {
+    if constexpr (std::is_same_v<T, bfloat16>) {  // in f32 lanes; the maximum is one of the bf16 inputs
+      int64_t k = 0;
+#if defined(__AVX2__)
+      for (; k + 8 <= C; k += 8) {
+        __m256 best = load8(a + k);
+        for (const bfloat16* e : {b + k, c + k, d + k}) {
+          const __m256 v = load8(e);
+          best = _mm256_blendv_ps(best, v, pool_takes(v, best));
+        }
+        store8(o + k, best);
+      }
+#endif
+      for (; k < C; ++k) {
+        bfloat16 m = a[k];
+        for (const bfloat16 e : {b[k], c[k], d[k]})
+          if (float(e) > float(m) || (float(e) != float(e) && float(m) == float(m))) m = e;
+        o[k] = m;
+      }
+    } else if constexpr (std::is_integral_v<T>) {
 #pragma omp simd
       for (int64_t k = 0; k < C; ++k) o[k] = std::max(std::max(a[k], b[k]), std::max(c[k], d[k]));
     } else {
@@ -40,15 +85,6 @@ inline void max_pool_2x2_row(const T* r0, const T* r1, int64_t PW, int64_t C, T*
 // (with relu: the maximum is not > 0, so the ReLU's gradient is zero).
 inline constexpr uint8_t kPoolMaskNone = 4;
 
-#if defined(__AVX2__)
-// The running maximum's update for one more cell of 8 windows: whether cell e replaces
-// best (greater, or a NaN over a number: the first NaN stays).
-inline __m256 pool_takes(__m256 e, __m256 best) {
-  const __m256 nan_over_number =
-      _mm256_and_ps(_mm256_cmp_ps(e, e, _CMP_UNORD_Q), _mm256_cmp_ps(best, best, _CMP_ORD_Q));
-  return _mm256_or_ps(_mm256_cmp_ps(e, best, _CMP_GT_OQ), nan_over_number);
-}
-#endif
 
 // max_pool_2x2_row for f32, also writing the mask row (PW * C bytes).
 inline void max_pool_2x2_mask_row(const float* r0, const float* r1, int64_t PW, int64_t C, bool relu, float* out,
@@ -139,21 +175,23 @@ inline void mask_pool_backward_2x2_row(const uint8_t* mask, const float* dy, flo
 }
 
 #if defined(__AVX2__)
-// The gradient of one output row of that pool, f32, C a multiple of 8: x0 and x1 are
+// The gradient of one output row of that pool, C a multiple of 8: x0 and x1 are
 // the window's two input rows (2 * OW pixels of C channels), dy the row's output
 // gradient [OW, C], d0 and d1 the two dx rows written. Per output cell and 8
 // channels: four x loads, the first maximum (strictly greater, or the first NaN, as
 // max_pool2d_backward's loops decide ties), dy stored to its cell and zeros to the
 // other three (and zero where x <= 0 with relu). sums (may be null): what went to
 // these dx rows summed per channel, C floats, overwritten.
-inline void max_pool_backward_2x2_row(const float* x0, const float* x1, const float* dy, float* d0, float* d1,
-                                      int64_t OW, int64_t C, bool relu, float* sums) {
+// T: float, or bfloat16 (dy and dx bf16 too; sums stay f32).
+template <typename T>
+inline void max_pool_backward_2x2_row(const T* x0, const T* x1, const T* dy, T* d0, T* d1, int64_t OW, int64_t C,
+                                      bool relu, float* sums) {
   const __m256 zero = _mm256_setzero_ps(), ones = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
   for (int64_t ow = 0; ow < OW; ++ow)
     for (int64_t c = 0; c < C; c += 8) {
       const int64_t a = 2 * ow * C + c, b = a + C;
-      const __m256 e0 = _mm256_loadu_ps(x0 + a), e1 = _mm256_loadu_ps(x0 + b);
-      const __m256 e2 = _mm256_loadu_ps(x1 + a), e3 = _mm256_loadu_ps(x1 + b);
+      const __m256 e0 = load8(x0 + a), e1 = load8(x0 + b);
+      const __m256 e2 = load8(x1 + a), e3 = load8(x1 + b);
       // t_k: cell k replaces the running maximum.
       __m256 best = e0;
       const __m256 t1 = pool_takes(e1, best);
@@ -165,13 +203,13 @@ inline void max_pool_backward_2x2_row(const float* x0, const float* x1, const fl
       const __m256 s3 = t3, s2 = _mm256_andnot_ps(t3, t2);
       const __m256 s1 = _mm256_andnot_ps(_mm256_or_ps(t2, t3), t1);
       const __m256 s0 = _mm256_andnot_ps(_mm256_or_ps(_mm256_or_ps(t1, t2), t3), ones);
-      __m256 grad = _mm256_loadu_ps(dy + ow * C + c);
+      __m256 grad = load8(dy + ow * C + c);
       // The winning cell holds the window's maximum, so its x > 0 is the maximum's (NaN: false).
       if (relu) grad = _mm256_and_ps(grad, _mm256_cmp_ps(_mm256_blendv_ps(best, e3, t3), zero, _CMP_GT_OQ));
-      _mm256_storeu_ps(d0 + a, _mm256_and_ps(s0, grad));
-      _mm256_storeu_ps(d0 + b, _mm256_and_ps(s1, grad));
-      _mm256_storeu_ps(d1 + a, _mm256_and_ps(s2, grad));
-      _mm256_storeu_ps(d1 + b, _mm256_and_ps(s3, grad));
+      store8(d0 + a, _mm256_and_ps(s0, grad));
+      store8(d0 + b, _mm256_and_ps(s1, grad));
+      store8(d1 + a, _mm256_and_ps(s2, grad));
+      store8(d1 + b, _mm256_and_ps(s3, grad));
       // The four cells sum to grad (one holds it, three hold zeros).
       if (sums) _mm256_storeu_ps(sums + c, ow == 0 ? grad : _mm256_add_ps(_mm256_loadu_ps(sums + c), grad));
     }

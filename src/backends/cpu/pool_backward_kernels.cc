@@ -126,17 +126,17 @@ bool max_pool_backward_2x2_applies(const Pool2dGeometry& g) {
   return g.nhwc_2x2_stride_2() && g.h == 2 * g.win.oh && g.w == 2 * g.win.ow && g.c % 8 == 0;
 }
 
-void max_pool_backward_2x2(const Pool2dGeometry& g, const float* x, const float* dy, float* dx, bool relu,
-                           float* row_sums) {
+template <typename T>
+void max_pool_backward_2x2(const Pool2dGeometry& g, const T* x, const T* dy, T* dx, bool relu, float* row_sums) {
   const auto& v = g.win;
   const int64_t C = g.c, W = g.w, OW = v.ow;
   parallel_for(g.n * v.oh, std::max<int64_t>(1, 16384 / std::max<int64_t>(OW * C, 1)), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {  // r = n * oh + output row
       const int64_t n = r / v.oh, oh = r % v.oh;
-      const float* x0 = x + ((n * g.h + 2 * oh) * W) * C;
-      const float* x1 = x0 + W * C;
-      float* d0 = dx + ((n * g.h + 2 * oh) * W) * C;
-      float* d1 = d0 + W * C;
+      const T* x0 = x + ((n * g.h + 2 * oh) * W) * C;
+      const T* x1 = x0 + W * C;
+      T* d0 = dx + ((n * g.h + 2 * oh) * W) * C;
+      T* d1 = d0 + W * C;
       max_pool_backward_2x2_row(x0, x1, dy + r * OW * C, d0, d1, OW, C, relu, row_sums ? row_sums + r * C : nullptr);
     }
   });
@@ -302,6 +302,27 @@ void channel_sums(OpContext& ctx, const Pool2dGeometry& g) {
              Attrs{{"axes", g.non_channel_axes()}, {"keepdims", false}});
 }
 
+#if defined(__AVX2__)
+// max_pool2d_backward's 2x2 path (max_pool_backward_2x2_applies) for f32 or bf16 tensors;
+// the bias gradient (attr bias_grad) is summed in f32, rows in order (the same sums for
+// any number of threads), and rounded once.
+template <typename T>
+void max_pool2d_backward_2x2(OpContext& ctx, const Pool2dGeometry& g, const T* x, const T* dy, T* dx, bool relu) {
+  const bool bias_grad = ctx.out.size() > 1;
+  const int64_t rows = g.n * g.win.oh, C = g.c;
+  thread_local std::vector<float> row_sums;  // (no allocation per call once grown)
+  if (bias_grad && row_sums.size() < static_cast<size_t>(rows * C)) row_sums.resize(static_cast<size_t>(rows * C));
+  max_pool_backward_2x2(g, x, dy, dx, relu, bias_grad ? row_sums.data() : nullptr);
+  if (!bias_grad) return;
+  std::vector<float> db(static_cast<size_t>(C), 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) db[static_cast<size_t>(c)] += row_sums[static_cast<size_t>(r * C + c)];
+  T* out = static_cast<T*>(ctx.out[1].raw_data());
+  for (int64_t c = 0; c < C; ++c) out[c] = T(db[static_cast<size_t>(c)]);
+}
+#endif
+
 template <typename T>
 void max_pool2d_backward(OpContext& ctx) {
   const Pool2dGeometry g = pool2d_geometry("max_pool2d_backward", ctx.in[0].shape(), ctx.attrs);
@@ -316,20 +337,7 @@ void max_pool2d_backward(OpContext& ctx) {
   const bool relu = ctx.attrs.get_bool("relu", false);
 #if defined(__AVX2__)
   if constexpr (std::is_same_v<T, float>) {
-    if (max_pool_backward_2x2_applies(g)) {
-      const int64_t rows = g.n * g.win.oh, C = g.c;
-      thread_local std::vector<float> row_sums;  // (no allocation per call once grown)
-      if (bias_grad && row_sums.size() < static_cast<size_t>(rows * C)) row_sums.resize(static_cast<size_t>(rows * C));
-      max_pool_backward_2x2(g, x, dy, dx, relu, bias_grad ? row_sums.data() : nullptr);
-      if (bias_grad) {  // rows in order: the same sums for any number of threads
-        float* db = ctx.out[1].data<float>();
-        std::fill_n(db, C, 0.0f);
-        for (int64_t r = 0; r < rows; ++r)
-#pragma omp simd
-          for (int64_t c = 0; c < C; ++c) db[c] += row_sums[static_cast<size_t>(r * C + c)];
-      }
-      return;
-    }
+    if (max_pool_backward_2x2_applies(g)) return max_pool2d_backward_2x2(ctx, g, x, dy, dx, relu);
   }
 #endif
   if (g.nchw)
@@ -343,6 +351,17 @@ void max_pool2d_backward(OpContext& ctx) {
     });
   }
   if (bias_grad) channel_sums(ctx, g);
+}
+
+// bf16: the 2x2 path reads and writes bf16 (no widening copies); other windows widen.
+void max_pool2d_backward_bf16(OpContext& ctx) {
+#if defined(__AVX2__)
+  const Pool2dGeometry g = pool2d_geometry("max_pool2d_backward", ctx.in[0].shape(), ctx.attrs);
+  if (ctx.out[0].numel() > 0 && max_pool_backward_2x2_applies(g))
+    return max_pool2d_backward_2x2(ctx, g, ctx.in[0].data<bfloat16>(), ctx.in[1].data<bfloat16>(),
+                                   ctx.out[0].data<bfloat16>(), ctx.attrs.get_bool("relu", false));
+#endif
+  via_f32<max_pool2d_backward<float>>(ctx);
 }
 
 void avg_pool2d_backward_f32(OpContext& ctx) {
@@ -413,7 +432,8 @@ void max_pool2d_backward_mask_f32(OpContext& ctx) {
 KILN_REGISTER_KERNEL("max_pool2d_backward_mask", kCPU, DType::kF32, max_pool2d_backward_mask_f32);
 KILN_REGISTER_KERNEL("max_pool2d_backward", kCPU, DType::kF32, max_pool2d_backward<float>);
 KILN_REGISTER_KERNEL("max_pool2d_backward", kCPU, DType::kF64, max_pool2d_backward<double>);
-KILN_REGISTER_KERNEL("max_pool2d_backward", kCPU, k16, via_f32<max_pool2d_backward<float>>);
+KILN_REGISTER_KERNEL("max_pool2d_backward", kCPU, DType::kF16, via_f32<max_pool2d_backward<float>>);
+KILN_REGISTER_KERNEL("max_pool2d_backward", kCPU, DType::kBF16, max_pool2d_backward_bf16);
 KILN_REGISTER_KERNEL("avg_pool2d_backward", kCPU, DType::kF32, avg_pool2d_backward_f32);
 KILN_REGISTER_KERNEL("avg_pool2d_backward", kCPU, DType::kF64, avg_pool2d_backward_f64);
 KILN_REGISTER_KERNEL("avg_pool2d_backward", kCPU, k16, via_f32<avg_pool2d_backward_f32>);

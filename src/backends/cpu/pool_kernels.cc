@@ -149,6 +149,14 @@ void pool_f32(OpContext& ctx) {
   }
 }
 
+// bf16: NHWC 2x2 windows read and write bf16 (no widening copies); others widen.
+void max_pool_bf16(OpContext& ctx) {
+  const Pool2dGeometry g = pool2d_geometry("max_pool2d", ctx.in[0].shape(), ctx.attrs);
+  if (ctx.out[0].numel() == 0) return;
+  if (max_pool_nhwc_2x2(g, ctx.in[0].data<bfloat16>(), ctx.out[0].data<bfloat16>())) return;
+  via_f32<pool_f32<true>>(ctx);
+}
+
 void max_pool_u8(OpContext& ctx) {
   const Pool2dGeometry g = pool2d_geometry("max_pool2d", ctx.in[0].shape(), ctx.attrs);
   if (ctx.out[0].numel() == 0) return;
@@ -234,7 +242,8 @@ void global_max(OpContext& ctx) {
 const std::initializer_list<DType> k16 = {DType::kF16, DType::kBF16};
 KILN_REGISTER_KERNEL("max_pool2d", kCPU, DType::kF32, pool_f32<true>);
 KILN_REGISTER_KERNEL("max_pool2d", kCPU, DType::kF64, pool_f64<true>);
-KILN_REGISTER_KERNEL("max_pool2d", kCPU, k16, via_f32<pool_f32<true>>);
+KILN_REGISTER_KERNEL("max_pool2d", kCPU, DType::kF16, via_f32<pool_f32<true>>);
+KILN_REGISTER_KERNEL("max_pool2d", kCPU, DType::kBF16, max_pool_bf16);
 KILN_REGISTER_KERNEL("max_pool2d", kCPU, DType::kU8, max_pool_u8);
 KILN_REGISTER_KERNEL("avg_pool2d", kCPU, DType::kF32, pool_f32<false>);
 KILN_REGISTER_KERNEL("avg_pool2d", kCPU, DType::kF64, pool_f64<false>);

@@ -1,6 +1,6 @@
 // CPU kernels for reductions: sum, mean, prod, max, min, all, any, var, std,
 // logsumexp (policies run by reduce_util.h's engine) and argmax/argmin.
-// f16/bf16 run through the f32 kernels (via_f32).
+// f16/bf16 run through the f32 kernels (via_f32), except sum and mean, which read them.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -72,9 +72,12 @@ namespace {
 // too: the loops are memory-bound, so the wider lanes cost nothing measurable and the
 // result is the correctly rounded sum for all practical sizes). Integer sums and
 // products use uint64 lanes: they wrap modulo 2^64 like two's complement int64.
+// f16/bf16 sums and means read their 16-bit inputs straight into those lanes (a conv
+// bias gradient sums a whole bf16 activation gradient: no widened copy of it) and round
+// the f64 total to f32, then to 16 bits, as the widened kernel did.
 
 template <typename T>
-inline constexpr bool kIsFloat = std::is_floating_point_v<T>;
+inline constexpr bool kIsFloat = std::is_floating_point_v<T> || kIs16<T>;
 
 template <typename T>
 using WideAcc = std::conditional_t<kIsFloat<T>, double, uint64_t>;
@@ -98,7 +101,8 @@ struct SumP {
     else return static_cast<double>(static_cast<int64_t>(t));
   }
   Out finalize(Tot t, int64_t, C) const {
-    if constexpr (kIsFloat<T>) return static_cast<Out>(t);
+    if constexpr (kIs16<Out>) return Out(static_cast<float>(t));
+    else if constexpr (kIsFloat<T>) return static_cast<Out>(t);
     else return static_cast<Out>(static_cast<int64_t>(t));
   }
 };
@@ -107,7 +111,10 @@ template <typename T, typename OutT>
 struct MeanP : SumP<T, OutT> {
   using typename SumP<T, OutT>::Tot;
   using typename SumP<T, OutT>::C;
-  OutT finalize(Tot t, int64_t n, C) const { return static_cast<OutT>(SumP<T, OutT>::as_double(t) / n); }
+  OutT finalize(Tot t, int64_t n, C) const {
+    if constexpr (kIs16<OutT>) return OutT(static_cast<float>(SumP<T, OutT>::as_double(t) / n));
+    else return static_cast<OutT>(SumP<T, OutT>::as_double(t) / n);
+  }
 };
 
 template <typename T, typename OutT>
@@ -417,11 +424,17 @@ void k_argmin(OpContext& ctx) { k_arg<T, false>(ctx); }
   KILN_REGISTER_KERNEL(op, kCPU, DType::kI64, K<int64_t>)
 
 KILN_REG_REDUCE_INTS("sum", k_sum, int64_t);
-KILN_REG_REDUCE_FLOATS2("sum", k_sum);
+KILN_REGISTER_KERNEL("sum", kCPU, DType::kF32, (k_sum<float, float>));
+KILN_REGISTER_KERNEL("sum", kCPU, DType::kF64, (k_sum<double, double>));
+KILN_REGISTER_KERNEL("sum", kCPU, DType::kF16, (k_sum<half, half>));
+KILN_REGISTER_KERNEL("sum", kCPU, DType::kBF16, (k_sum<bfloat16, bfloat16>));
 KILN_REG_REDUCE_INTS("prod", k_prod, int64_t);
 KILN_REG_REDUCE_FLOATS2("prod", k_prod);
 KILN_REG_REDUCE_INTS("mean", k_mean, float);
-KILN_REG_REDUCE_FLOATS2("mean", k_mean);
+KILN_REGISTER_KERNEL("mean", kCPU, DType::kF32, (k_mean<float, float>));
+KILN_REGISTER_KERNEL("mean", kCPU, DType::kF64, (k_mean<double, double>));
+KILN_REGISTER_KERNEL("mean", kCPU, DType::kF16, (k_mean<half, half>));
+KILN_REGISTER_KERNEL("mean", kCPU, DType::kBF16, (k_mean<bfloat16, bfloat16>));
 KILN_REG_REDUCE_ALL("max", k_max);
 KILN_REG_REDUCE_ALL("min", k_min);
 KILN_REG_REDUCE_ALL("all", k_all);
