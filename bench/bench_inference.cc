@@ -9,6 +9,7 @@
 //   {"runtime":"kiln","model":"cnn","batch":64,"runs":50,"median_us":...,"min_us":...,"p90_us":...}
 // Threads: KILN_NUM_THREADS (the comparison uses 2).
 // Usage: bench_inference DIR [--batches 1,64] [--runs N] [--signature NAME] [--gap_us G]
+//                          [--auto_mixed_precision bf16|f16]  (the load-time AMP pass, as kiln serve's)
 //   --gap_us: sleep G microseconds before each timed call (a server at low load: the
 //   call may find the intra-op pool's threads asleep)
 //   (--runs default: 200 for batch 1, 50 for larger batches; DIR: a version directory
@@ -62,27 +63,38 @@ std::vector<int64_t> parse_list(const std::string& s) {
 
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
-    std::fprintf(stderr, "usage: %s DIR [--batches 1,64] [--runs N] [--signature NAME] [--gap_us G]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s DIR [--batches 1,64] [--runs N] [--signature NAME] [--gap_us G] "
+                 "[--auto_mixed_precision bf16|f16]\n",
+                 argv[0]);
     return 2;
   }
   const std::string dir = resolve_version(argv[1]);
   std::vector<int64_t> batches = {1, 64};
   int runs_flag = 0;
   int64_t gap_us = 0;
-  std::string sig_name = package::kDefaultSignature;
+  std::string sig_name = package::kDefaultSignature, amp;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--batches" && i + 1 < argc) batches = parse_list(argv[++i]);
     else if (a == "--runs" && i + 1 < argc) runs_flag = std::stoi(argv[++i]);
     else if (a == "--signature" && i + 1 < argc) sig_name = argv[++i];
     else if (a == "--gap_us" && i + 1 < argc) gap_us = std::stoll(argv[++i]);
+    else if (a == "--auto_mixed_precision" && i + 1 < argc) amp = argv[++i];
     else {
       std::fprintf(stderr, "unknown argument: %s\n", a.c_str());
       return 2;
     }
   }
 
-  auto model = package::SavedModel::load(dir);
+  package::LoadOptions load;
+  if (amp == "bf16") load.passes.auto_mixed_precision = DType::kBF16;
+  else if (amp == "f16") load.passes.auto_mixed_precision = DType::kF16;
+  else if (!amp.empty()) {
+    std::fprintf(stderr, "--auto_mixed_precision takes bf16 or f16, got %s\n", amp.c_str());
+    return 2;
+  }
+  auto model = package::SavedModel::load(dir, load);
   const package::Signature& sig = model->signature(sig_name);
   const std::string name = model->metadata().model_name.empty() ? dir : model->metadata().model_name;
 

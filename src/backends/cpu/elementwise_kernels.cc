@@ -8,6 +8,7 @@
 #include "kernel_util.h"
 #include "loops.h"
 #include "vecmath.h"
+#include "kiln/core/denormals.h"
 #include "kiln/core/kernel.h"
 
 namespace kiln::cpu {
@@ -202,10 +203,37 @@ void k_sign(OpContext& ctx) {
   using C = compute_t<T>;
   unary_apply<T>(ctx, [](C x) -> C { return x != x ? x : static_cast<C>((C(0) < x) - (x < C(0))); });
 }
+// Whether a 16-bit float (bf16 or IEEE half, both sign-magnitude) is > 0 as the f32
+// compare of its widened value would say: sign clear, at least `least` (the smallest
+// subnormal, or the smallest normal when denormals are flushed: kiln/core/denormals.h),
+// not NaN (above the infinity's bit pattern; a set sign bit is above it too).
+template <typename T>
+inline bool positive16(uint16_t bits, uint16_t least) {
+  constexpr uint16_t kInf = std::is_same_v<T, bfloat16> ? 0x7f80 : 0x7c00;
+  return bits >= least && bits <= kInf;
+}
+// The least positive bit pattern an f32 compare sees as > 0 in the current mode. Half's
+// subnormals are f32 normals; bf16's are f32 subnormals.
+template <typename T>
+inline uint16_t least_positive16() {
+  return std::is_same_v<T, bfloat16> && flush_denormals() ? 0x0080 : 0x0001;
+}
+
 template <typename T>
 void k_relu(OpContext& ctx) {
   using C = compute_t<T>;
-  unary_apply<T>(ctx, [](C x) -> C { return x > C(0) ? x : C(0); });
+  if constexpr (kIs16<T>) {
+    // On the bits: the result is x or +0, both exact (no round trip through f32).
+    const uint16_t* x = static_cast<const uint16_t*>(ctx.in[0].raw_data());
+    uint16_t* o = static_cast<uint16_t*>(ctx.out[0].raw_data());
+    const uint16_t least = least_positive16<T>();
+    parallel_for(ctx.in[0].numel(), kElementwiseGrain, [x, o, least](int64_t b, int64_t e) {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) o[i] = positive16<T>(x[i], least) ? x[i] : uint16_t{0};
+    });
+  } else {
+    unary_apply<T>(ctx, [](C x) -> C { return x > C(0) ? x : C(0); });
+  }
 }
 template <typename T>
 void k_relu_grad(OpContext& ctx) {
@@ -215,16 +243,16 @@ void k_relu_grad(OpContext& ctx) {
   T* o = static_cast<T*>(ctx.out[0].raw_data());
   // Pointers by value and both loads unconditional: the select vectorises (a branch
   // on the sign of y mispredicts half the time and ran 5x slower).
-  parallel_for(ctx.in[0].numel(), kElementwiseGrain, [g, y, o](int64_t b, int64_t e) {
-    if constexpr (kIs16<T>) {
-      float gb[kChunk], yb[kChunk];
-      for (int64_t i = b; i < e; i += kChunk) {
-        const int64_t m = std::min(kChunk, e - i);
-        load_f32(g + i, 1, gb, m);
-        load_f32(y + i, 1, yb, m);
+  const uint16_t least = kIs16<T> ? least_positive16<T>() : 0;
+  parallel_for(ctx.in[0].numel(), kElementwiseGrain, [g, y, o, least](int64_t b, int64_t e) {
+    if constexpr (kIs16<T>) {  // on the bits: g or +0, exact
+      const uint16_t* gb = reinterpret_cast<const uint16_t*>(g);
+      const uint16_t* yb = reinterpret_cast<const uint16_t*>(y);
+      uint16_t* ob = reinterpret_cast<uint16_t*>(o);
 #pragma omp simd
-        for (int64_t j = 0; j < m; ++j) gb[j] = yb[j] > 0.0f ? gb[j] : 0.0f;
-        store_from_f32(gb, o + i, m);
+      for (int64_t i = b; i < e; ++i) {
+        const uint16_t gi = gb[i], yi = yb[i];
+        ob[i] = positive16<T>(yi, least) ? gi : uint16_t{0};
       }
     } else {
       // No __restrict: the graph executor may pass o == g (in place); the simd
