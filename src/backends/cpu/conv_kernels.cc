@@ -411,6 +411,58 @@ Conv2dGeometry backward_filter_geometry(const OpContext& ctx) {
                          ctx.attrs);
 }
 
+// oneDNN's backward-data and backward-filter convolutions of `g` with every tensor in
+// data type dt. false, having done nothing, when native_only and oneDNN has only its
+// reference kernel for the problem (a cached null primitive remembers that).
+// dnnl::error propagates.
+bool onednn_backward_data(OpContext& ctx, const Conv2dGeometry& g, memory::data_type dt, bool native_only) {
+  DnnlConv c(g, false, dt);
+  onednn::SerialScope one_thread(c.serial);
+  dnnl::primitive p = onednn::cached("conv_bwd_data|" + c.key, [&]() -> dnnl::primitive {
+    auto hint = c.forward_pd(dnnl::prop_kind::forward_training);
+    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, c.src, c.any_w, c.dst, c.strides,
+                                            c.dilates, c.pad_l, c.pad_r);
+    dnnl::convolution_backward_data::primitive_desc pd(d, onednn::engine(), hint);
+    return native_only && !onednn::is_optimized(pd) ? dnnl::primitive() : dnnl::convolution_backward_data(pd);
+  });
+  if (!p) return false;
+  auto& eng = onednn::engine();
+  memory wm = to_internal("bwd_data", c, nn::queried_md(p, dnnl_query_weights_md), ctx.in[1].raw_data());
+  p.execute(onednn::stream(), {{DNNL_ARG_DIFF_DST, memory(c.dst, eng, ctx.in[0].raw_data())},
+                               {DNNL_ARG_WEIGHTS, wm},
+                               {DNNL_ARG_DIFF_SRC, memory(c.src, eng, ctx.out[0].raw_data())}});
+  onednn::stream().wait();
+  return true;
+}
+
+bool onednn_backward_filter(OpContext& ctx, const Conv2dGeometry& g, memory::data_type dt, bool native_only) {
+  DnnlConv c(g, false, dt);
+  onednn::SerialScope one_thread(c.serial);
+  dnnl::primitive p = onednn::cached("conv_bwd_w|" + c.key, [&]() -> dnnl::primitive {
+    auto hint = c.forward_pd(dnnl::prop_kind::forward_training);
+    dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, c.src, c.any_w, c.dst, c.strides,
+                                               c.dilates, c.pad_l, c.pad_r);
+    dnnl::convolution_backward_weights::primitive_desc pd(d, onednn::engine(), hint);
+    return native_only && !onednn::is_optimized(pd) ? dnnl::primitive() : dnnl::convolution_backward_weights(pd);
+  });
+  if (!p) return false;
+  auto& eng = onednn::engine();
+  memory::desc want = nn::queried_md(p, dnnl_query_diff_weights_md);
+  memory um(c.user_w, eng, ctx.out[0].raw_data());
+  memory wm = want == c.user_w ? um : memory(want, eng);
+  p.execute(onednn::stream(), {{DNNL_ARG_SRC, memory(c.src, eng, ctx.in[0].raw_data())},
+                               {DNNL_ARG_DIFF_DST, memory(c.dst, eng, ctx.in[1].raw_data())},
+                               {DNNL_ARG_DIFF_WEIGHTS, wm}});
+  if (!(want == c.user_w)) {
+    dnnl::primitive r = onednn::cached("conv_w_out|" + c.key, [&]() -> dnnl::primitive {
+      return dnnl::reorder(dnnl::reorder::primitive_desc(eng, want, eng, c.user_w));
+    });
+    r.execute(onednn::stream(), {{DNNL_ARG_FROM, wm}, {DNNL_ARG_TO, um}});
+  }
+  onednn::stream().wait();
+  return true;
+}
+
 void conv2d_backward_data_f32(OpContext& ctx) {
   const Conv2dGeometry g = backward_data_geometry(ctx);
   Tensor& dx = ctx.out[0];
@@ -426,22 +478,8 @@ void conv2d_backward_data_f32(OpContext& ctx) {
                      nullptr, static_cast<float*>(dx.raw_data()), false);
     return;
   }
-  DnnlConv c(g, false);
-  onednn::SerialScope one_thread(c.serial);
   try {
-    dnnl::primitive p = onednn::cached("conv_bwd_data|" + c.key, [&]() -> dnnl::primitive {
-      auto hint = c.forward_pd(dnnl::prop_kind::forward_training);
-      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, c.src, c.any_w, c.dst, c.strides,
-                                              c.dilates, c.pad_l, c.pad_r);
-      return dnnl::convolution_backward_data(
-          dnnl::convolution_backward_data::primitive_desc(d, onednn::engine(), hint));
-    });
-    auto& eng = onednn::engine();
-    memory wm = to_internal("bwd_data", c, nn::queried_md(p, dnnl_query_weights_md), ctx.in[1].raw_data());
-    p.execute(onednn::stream(), {{DNNL_ARG_DIFF_DST, memory(c.dst, eng, ctx.in[0].raw_data())},
-                                 {DNNL_ARG_WEIGHTS, wm},
-                                 {DNNL_ARG_DIFF_SRC, memory(c.src, eng, dx.raw_data())}});
-    onednn::stream().wait();
+    onednn_backward_data(ctx, g, memory::data_type::f32, false);
   } catch (const dnnl::error&) {
     note_kernel_fallback("conv2d_backward_data", "oneDNN failed: reference loop");
     conv_backward_data_loop<float>(g, static_cast<const float*>(ctx.in[0].raw_data()),
@@ -463,30 +501,8 @@ void conv2d_backward_filter_f32(OpContext& ctx) {
                                  static_cast<const float*>(ctx.in[1].raw_data()), static_cast<float*>(dw.raw_data()));
     return;
   }
-  DnnlConv c(g, false);
-  onednn::SerialScope one_thread(c.serial);
   try {
-    dnnl::primitive p = onednn::cached("conv_bwd_w|" + c.key, [&]() -> dnnl::primitive {
-      auto hint = c.forward_pd(dnnl::prop_kind::forward_training);
-      dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, c.src, c.any_w, c.dst,
-                                                 c.strides, c.dilates, c.pad_l, c.pad_r);
-      return dnnl::convolution_backward_weights(
-          dnnl::convolution_backward_weights::primitive_desc(d, onednn::engine(), hint));
-    });
-    auto& eng = onednn::engine();
-    memory::desc want = nn::queried_md(p, dnnl_query_diff_weights_md);
-    memory um(c.user_w, eng, dw.raw_data());
-    memory wm = want == c.user_w ? um : memory(want, eng);
-    p.execute(onednn::stream(), {{DNNL_ARG_SRC, memory(c.src, eng, ctx.in[0].raw_data())},
-                                 {DNNL_ARG_DIFF_DST, memory(c.dst, eng, ctx.in[1].raw_data())},
-                                 {DNNL_ARG_DIFF_WEIGHTS, wm}});
-    if (!(want == c.user_w)) {
-      dnnl::primitive r = onednn::cached("conv_w_out|" + c.key, [&]() -> dnnl::primitive {
-        return dnnl::reorder(dnnl::reorder::primitive_desc(eng, want, eng, c.user_w));
-      });
-      r.execute(onednn::stream(), {{DNNL_ARG_FROM, wm}, {DNNL_ARG_TO, um}});
-    }
-    onednn::stream().wait();
+    onednn_backward_filter(ctx, g, memory::data_type::f32, false);
   } catch (const dnnl::error&) {
     note_kernel_fallback("conv2d_backward_filter", "oneDNN failed: reference loop");
     conv_backward_filter_loop<float>(g, static_cast<const float*>(ctx.in[0].raw_data()),
@@ -510,94 +526,58 @@ bool native_bf16(const Conv2dGeometry& g) {
   return g.n > 0 && g.c > 0 && g.o > 0 && g.win.oh > 0 && g.win.ow > 0;
 }
 
-dnnl::primitive optimized_or_null(const dnnl::primitive_desc_base& pd, const std::function<dnnl::primitive()>& make) {
-  return onednn::is_optimized(pd) ? make() : dnnl::primitive();
-}
-
-void conv2d_bf16(OpContext& ctx) {
-  const Conv2dGeometry g = conv2d_geometry("conv2d", ctx.in[0].shape(), ctx.in[1].shape(), ctx.attrs);
-  if (!native_bf16(g)) return via_f32<conv2d_f32>(ctx);
+// oneDNN's forward convolution of `g` (with the op's bias) in bf16; false, having done
+// nothing, where oneDNN has only its reference kernel for it.
+bool onednn_forward_bf16(OpContext& ctx, const Conv2dGeometry& g) {
   const bool with_bias = ctx.in.size() == 3;
   DnnlConv c(g, with_bias, kBf16);
   onednn::SerialScope one_thread(c.serial);
+  dnnl::primitive p = onednn::cached("conv_fwd|" + c.key, [&]() -> dnnl::primitive {
+    auto pd = c.forward_pd(dnnl::prop_kind::forward_inference);
+    return onednn::is_optimized(pd) ? dnnl::convolution_forward(pd) : dnnl::primitive();
+  });
+  if (!p) return false;
+  auto& eng = onednn::engine();
+  memory wm = to_internal("fwd", c, nn::queried_md(p, dnnl_query_weights_md), ctx.in[1].raw_data());
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(c.src, eng, ctx.in[0].raw_data())},
+                                       {DNNL_ARG_WEIGHTS, wm},
+                                       {DNNL_ARG_DST, memory(c.dst, eng, ctx.out[0].raw_data())}};
+  if (with_bias) args.emplace(DNNL_ARG_BIAS, memory(c.bias, eng, ctx.in[2].raw_data()));
+  p.execute(onednn::stream(), args);
+  onednn::stream().wait();
+  return true;
+}
+
+// The widened fallbacks run outside the native attempt (its SerialScope would hold
+// them to one thread).
+void conv2d_bf16(OpContext& ctx) {
+  const Conv2dGeometry g = conv2d_geometry("conv2d", ctx.in[0].shape(), ctx.in[1].shape(), ctx.attrs);
   try {
-    dnnl::primitive p = onednn::cached("conv_fwd|" + c.key, [&]() -> dnnl::primitive {
-      auto pd = c.forward_pd(dnnl::prop_kind::forward_inference);
-      return optimized_or_null(pd, [&] { return dnnl::convolution_forward(pd); });
-    });
-    if (!p) return via_f32<conv2d_f32>(ctx);
-    auto& eng = onednn::engine();
-    memory wm = to_internal("fwd", c, nn::queried_md(p, dnnl_query_weights_md), ctx.in[1].raw_data());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(c.src, eng, ctx.in[0].raw_data())},
-                                         {DNNL_ARG_WEIGHTS, wm},
-                                         {DNNL_ARG_DST, memory(c.dst, eng, ctx.out[0].raw_data())}};
-    if (with_bias) args.emplace(DNNL_ARG_BIAS, memory(c.bias, eng, ctx.in[2].raw_data()));
-    p.execute(onednn::stream(), args);
-    onednn::stream().wait();
+    if (native_bf16(g) && onednn_forward_bf16(ctx, g)) return;
   } catch (const dnnl::error&) {
     note_kernel_fallback("conv2d", "oneDNN bf16 failed: widened to f32");
-    via_f32<conv2d_f32>(ctx);
   }
+  via_f32<conv2d_f32>(ctx);
 }
 
 void conv2d_backward_data_bf16(OpContext& ctx) {
   const Conv2dGeometry g = backward_data_geometry(ctx);
-  if (!native_bf16(g)) return via_f32<conv2d_backward_data_f32>(ctx);
-  DnnlConv c(g, false, kBf16);
-  onednn::SerialScope one_thread(c.serial);
   try {
-    dnnl::primitive p = onednn::cached("conv_bwd_data|" + c.key, [&]() -> dnnl::primitive {
-      auto hint = c.forward_pd(dnnl::prop_kind::forward_training);
-      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, c.src, c.any_w, c.dst, c.strides,
-                                              c.dilates, c.pad_l, c.pad_r);
-      dnnl::convolution_backward_data::primitive_desc pd(d, onednn::engine(), hint);
-      return optimized_or_null(pd, [&] { return dnnl::convolution_backward_data(pd); });
-    });
-    if (!p) return via_f32<conv2d_backward_data_f32>(ctx);
-    auto& eng = onednn::engine();
-    memory wm = to_internal("bwd_data", c, nn::queried_md(p, dnnl_query_weights_md), ctx.in[1].raw_data());
-    p.execute(onednn::stream(), {{DNNL_ARG_DIFF_DST, memory(c.dst, eng, ctx.in[0].raw_data())},
-                                 {DNNL_ARG_WEIGHTS, wm},
-                                 {DNNL_ARG_DIFF_SRC, memory(c.src, eng, ctx.out[0].raw_data())}});
-    onednn::stream().wait();
+    if (native_bf16(g) && onednn_backward_data(ctx, g, kBf16, true)) return;
   } catch (const dnnl::error&) {
     note_kernel_fallback("conv2d_backward_data", "oneDNN bf16 failed: widened to f32");
-    via_f32<conv2d_backward_data_f32>(ctx);
   }
+  via_f32<conv2d_backward_data_f32>(ctx);
 }
 
 void conv2d_backward_filter_bf16(OpContext& ctx) {
   const Conv2dGeometry g = backward_filter_geometry(ctx);
-  if (!native_bf16(g)) return via_f32<conv2d_backward_filter_f32>(ctx);
-  DnnlConv c(g, false, kBf16);
-  onednn::SerialScope one_thread(c.serial);
   try {
-    dnnl::primitive p = onednn::cached("conv_bwd_w|" + c.key, [&]() -> dnnl::primitive {
-      auto hint = c.forward_pd(dnnl::prop_kind::forward_training);
-      dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, c.src, c.any_w, c.dst,
-                                                 c.strides, c.dilates, c.pad_l, c.pad_r);
-      dnnl::convolution_backward_weights::primitive_desc pd(d, onednn::engine(), hint);
-      return optimized_or_null(pd, [&] { return dnnl::convolution_backward_weights(pd); });
-    });
-    if (!p) return via_f32<conv2d_backward_filter_f32>(ctx);
-    auto& eng = onednn::engine();
-    memory::desc want = nn::queried_md(p, dnnl_query_diff_weights_md);
-    memory um(c.user_w, eng, ctx.out[0].raw_data());
-    memory wm = want == c.user_w ? um : memory(want, eng);
-    p.execute(onednn::stream(), {{DNNL_ARG_SRC, memory(c.src, eng, ctx.in[0].raw_data())},
-                                 {DNNL_ARG_DIFF_DST, memory(c.dst, eng, ctx.in[1].raw_data())},
-                                 {DNNL_ARG_DIFF_WEIGHTS, wm}});
-    if (!(want == c.user_w)) {
-      dnnl::primitive r = onednn::cached("conv_w_out|" + c.key, [&]() -> dnnl::primitive {
-        return dnnl::reorder(dnnl::reorder::primitive_desc(eng, want, eng, c.user_w));
-      });
-      r.execute(onednn::stream(), {{DNNL_ARG_FROM, wm}, {DNNL_ARG_TO, um}});
-    }
-    onednn::stream().wait();
+    if (native_bf16(g) && onednn_backward_filter(ctx, g, kBf16, true)) return;
   } catch (const dnnl::error&) {
     note_kernel_fallback("conv2d_backward_filter", "oneDNN bf16 failed: widened to f32");
-    via_f32<conv2d_backward_filter_f32>(ctx);
   }
+  via_f32<conv2d_backward_filter_f32>(ctx);
 }
 
 // ---- f64 ---------------------------------------------------------------------------------
