@@ -526,38 +526,81 @@ bool native_bf16(const Conv2dGeometry& g) {
   return g.n > 0 && g.c > 0 && g.o > 0 && g.win.oh > 0 && g.win.ow > 0;
 }
 
-// oneDNN's forward convolution of `g` (with the op's bias) in bf16; false, having done
-// nothing, where oneDNN has only its reference kernel for it.
-bool onednn_forward_bf16(OpContext& ctx, const Conv2dGeometry& g) {
-  const bool with_bias = ctx.in.size() == 3;
-  DnnlConv c(g, with_bias, kBf16);
-  onednn::SerialScope one_thread(c.serial);
-  dnnl::primitive p = onednn::cached("conv_fwd|" + c.key, [&]() -> dnnl::primitive {
-    auto pd = c.forward_pd(dnnl::prop_kind::forward_inference);
-    return onednn::is_optimized(pd) ? dnnl::convolution_forward(pd) : dnnl::primitive();
-  });
-  if (!p) return false;
-  auto& eng = onednn::engine();
-  memory wm = to_internal("fwd", c, nn::queried_md(p, dnnl_query_weights_md), ctx.in[1].raw_data());
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(c.src, eng, ctx.in[0].raw_data())},
-                                       {DNNL_ARG_WEIGHTS, wm},
-                                       {DNNL_ARG_DST, memory(c.dst, eng, ctx.out[0].raw_data())}};
-  if (with_bias) args.emplace(DNNL_ARG_BIAS, memory(c.bias, eng, ctx.in[2].raw_data()));
-  p.execute(onednn::stream(), args);
-  onednn::stream().wait();
-  return true;
-}
-
-// The widened fallbacks run outside the native attempt (its SerialScope would hold
-// them to one thread).
-void conv2d_bf16(OpContext& ctx) {
-  const Conv2dGeometry g = conv2d_geometry("conv2d", ctx.in[0].shape(), ctx.in[1].shape(), ctx.attrs);
-  try {
-    if (native_bf16(g) && onednn_forward_bf16(ctx, g)) return;
-  } catch (const dnnl::error&) {
-    note_kernel_fallback("conv2d", "oneDNN bf16 failed: widened to f32");
+// conv2d in bf16, prepared per node and shapes: the native primitive looked up once (a
+// problem without one runs widened), a constant filter reordered once into its layout
+// (5-15 us a call at batch 1 otherwise) and shared with the node's other shapes when the
+// layout matches. The widened fallback runs outside the native attempt's SerialScope.
+class ConvForwardBf16 final : public PreparedKernel {
+ public:
+  explicit ConvForwardBf16(const PrepareContext& pc) {
+    const Conv2dGeometry g = conv2d_geometry("conv2d", pc.in[0].shape, pc.in[1].shape, pc.attrs);
+    if (!native_bf16(g)) return;
+    dnnl_.emplace(g, pc.in.size() == 3, kBf16);
+    key_ = "conv_fwd|" + dnnl_->key;
+    try {
+      onednn::SerialScope one_thread(dnnl_->serial);
+      dnnl::primitive p = primitive();
+      if (!p) {
+        dnnl_.reset();  // oneDNN's reference kernel only: widened on every run
+        return;
+      }
+      const Tensor* w = pc.constant(1);
+      if (!w) return;
+      w_md_ = nn::queried_md(p, dnnl_query_weights_md);
+      if (w_md_ == dnnl_->user_w) return;  // the user's layout: nothing to keep
+      const auto* prev = dynamic_cast<const ConvForwardBf16*>(pc.previous);
+      if (prev && prev->w_ && prev->w_md_ == w_md_) {
+        w_ = prev->w_;
+        return;
+      }
+      memory m = to_internal("fwd", *dnnl_, w_md_, const_cast<void*>(w->raw_data()));
+      onednn::stream().wait();
+      w_ = std::make_shared<const memory>(std::move(m));
+    } catch (const dnnl::error&) {
+      // run() tries again and falls back (counted) if oneDNN still fails.
+    }
   }
-  via_f32<conv2d_f32>(ctx);
+
+  void run(OpContext& ctx) const override {
+    try {
+      if (dnnl_ && native(ctx)) return;
+    } catch (const dnnl::error&) {
+      note_kernel_fallback("conv2d", "oneDNN bf16 failed: widened to f32");
+    }
+    via_f32<conv2d_f32>(ctx);
+  }
+
+ private:
+  dnnl::primitive primitive() const {
+    return onednn::cached(key_, [&]() -> dnnl::primitive {
+      auto pd = dnnl_->forward_pd(dnnl::prop_kind::forward_inference);
+      return onednn::is_optimized(pd) ? dnnl::convolution_forward(pd) : dnnl::primitive();
+    });
+  }
+  bool native(OpContext& ctx) const {
+    const DnnlConv& c = *dnnl_;
+    onednn::SerialScope one_thread(c.serial);
+    dnnl::primitive p = primitive();
+    if (!p) return false;
+    auto& eng = onednn::engine();
+    memory wm = w_ ? *w_ : to_internal("fwd", c, nn::queried_md(p, dnnl_query_weights_md), ctx.in[1].raw_data());
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(c.src, eng, ctx.in[0].raw_data())},
+                                         {DNNL_ARG_WEIGHTS, wm},
+                                         {DNNL_ARG_DST, memory(c.dst, eng, ctx.out[0].raw_data())}};
+    if (ctx.in.size() == 3) args.emplace(DNNL_ARG_BIAS, memory(c.bias, eng, ctx.in[2].raw_data()));
+    p.execute(onednn::stream(), args);
+    onednn::stream().wait();
+    return true;
+  }
+
+  std::optional<DnnlConv> dnnl_;  // unset: the problem runs widened
+  std::string key_;
+  memory::desc w_md_;                   // the layout the primitive wants
+  std::shared_ptr<const memory> w_;     // a constant filter in that layout
+};
+
+std::unique_ptr<const PreparedKernel> prepare_conv2d_bf16(const PrepareContext& pc) {
+  return std::make_unique<ConvForwardBf16>(pc);
 }
 
 void conv2d_backward_data_bf16(OpContext& ctx) {
@@ -600,7 +643,7 @@ KILN_REGISTER_PREPARED_KERNEL("conv2d", kCPU, DType::kF32, prepare_conv2d_f32);
 KILN_REGISTER_PREPARED_KERNEL("fused_conv2d", kCPU, DType::kF32, prepare_fused_conv2d_f32);
 KILN_REGISTER_KERNEL("conv2d", kCPU, DType::kF64, conv2d_f64);
 KILN_REGISTER_KERNEL("conv2d", kCPU, DType::kF16, via_f32<conv2d_f32>);
-KILN_REGISTER_KERNEL("conv2d", kCPU, DType::kBF16, conv2d_bf16);
+KILN_REGISTER_PREPARED_KERNEL("conv2d", kCPU, DType::kBF16, prepare_conv2d_bf16);
 KILN_REGISTER_KERNEL("conv2d_backward_data", kCPU, DType::kF32, conv2d_backward_data_f32);
 KILN_REGISTER_KERNEL("conv2d_backward_data", kCPU, DType::kF64, conv2d_backward_data_f64);
 KILN_REGISTER_KERNEL("conv2d_backward_data", kCPU, DType::kF16, via_f32<conv2d_backward_data_f32>);
