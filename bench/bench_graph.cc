@@ -27,6 +27,7 @@
 #include "kiln/kiln.h"
 #include "kiln/train/layers.h"
 #include "kiln/train/model.h"
+#include "fma_chains.h"
 #include "ratio_reporter.h"
 
 using namespace kiln;
@@ -188,23 +189,10 @@ void model_train_step(benchmark::State& st, bool traced) {
   for (auto _ : st) benchmark::DoNotOptimize(m->train_step({x}, {y}));
 }
 
-// Multiply-adds at the FMA peak: 12 independent 8-float chains per thread (two FMA
-// pipes x 4-6 cycles of latency), no memory traffic. Returns a value that depends on
-// every chain.
+// `flops` multiply-adds at the 256-bit FMA peak over the pool's threads (fma_chains.h).
 float fma_chains(int64_t flops) {
-  float sink = 0;
-#pragma omp parallel reduction(+ : sink)
-  {
-    const int64_t steps = flops / (12 * 16) / omp_get_num_threads();
-    __m256 a[12];
-    for (int k = 0; k < 12; ++k) a[k] = _mm256_set1_ps(1.0f + 0.1f * k + 0.01f * omp_get_thread_num());
-    const __m256 mul = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
-    for (int64_t i = 0; i < steps; ++i)
-      for (auto& x : a) x = _mm256_fmadd_ps(x, mul, add);
-    for (int k = 1; k < 12; ++k) a[0] = _mm256_add_ps(a[0], a[k]);
-    sink += _mm256_cvtss_f32(a[0]);
-  }
-  return sink;
+  const int threads = num_threads();
+  return bench::fma_chains256(flops / (12 * 16) / threads, threads);
 }
 
 void mlp_step_floor(benchmark::State& st) {

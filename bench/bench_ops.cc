@@ -14,7 +14,6 @@
 //   fma_peak/<256|512>: the CPU's FMA peak with 256- and 512-bit registers, what the
 //   packed_gemm GFLOP/s compare with.
 // Run: build/release/bin/bench_ops --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
-#include <immintrin.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
@@ -31,6 +30,7 @@
 #include "kiln/graph/function.h"
 #include "kiln/kiln.h"
 #include "kiln/ops/nn_grad.h"
+#include "fma_chains.h"
 #include "ratio_reporter.h"
 
 using namespace kiln;
@@ -433,39 +433,8 @@ BENCHMARK(BM_packed_gemm_peer)->Name("packed_gemm/peer")->Apply(packed_gemm_shap
 // ---- the FMA peak the GEMMs are measured against ------------------------------------
 // fma_peak/<width>: 12 independent chains of 256- or 512-bit FMAs per thread on every
 // pool thread (two FMA pipes x 4 cycles of latency), no memory traffic: GFLOP/s
-// (2 per lane). The 512-bit case is compiled for AVX-512 here and skipped on a CPU
+// (2 per lane; the chains: fma_chains.h). The 512-bit case is skipped on a CPU
 // without it.
-float fma_chains256(int64_t steps, int threads) {
-  float sink = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-  {
-    __m256 a[12];
-    for (int k = 0; k < 12; ++k) a[k] = _mm256_set1_ps(1.0f + 0.1f * k + 0.01f * omp_get_thread_num());
-    const __m256 mul = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
-    for (int64_t i = 0; i < steps; ++i)
-      for (auto& x : a) x = _mm256_fmadd_ps(x, mul, add);
-    for (int k = 1; k < 12; ++k) a[0] = _mm256_add_ps(a[0], a[k]);
-    sink += _mm256_cvtss_f32(a[0]);
-  }
-  return sink;
-}
-// One thread's 512-bit chains (the attribute does not reach an OpenMP region's body).
-__attribute__((target("avx512f"))) float fma_chains512_one(int64_t steps, int t) {
-  __m512 a[12];
-  for (int k = 0; k < 12; ++k) a[k] = _mm512_set1_ps(1.0f + 0.1f * k + 0.01f * t);
-  const __m512 mul = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-7f);
-  for (int64_t i = 0; i < steps; ++i)
-    for (auto& x : a) x = _mm512_fmadd_ps(x, mul, add);
-  for (int k = 1; k < 12; ++k) a[0] = _mm512_add_ps(a[0], a[k]);
-  return _mm512_cvtss_f32(a[0]);
-}
-float fma_chains512(int64_t steps, int threads) {
-  float sink = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-  sink += fma_chains512_one(steps, omp_get_thread_num());
-  return sink;
-}
-
 void BM_fma_peak(benchmark::State& st) {
   const int width = static_cast<int>(st.range(0));
   if (width == 512 && !cpu_has(CpuIsa::kAvx512)) {
@@ -475,8 +444,8 @@ void BM_fma_peak(benchmark::State& st) {
   const int64_t steps = 1 << 20;
   const int threads = num_threads();
   for (auto _ : st)
-    benchmark::DoNotOptimize(width == 512 ? fma_chains512(steps, threads)
-                                          : fma_chains256(steps, threads));
+    benchmark::DoNotOptimize(width == 512 ? bench::fma_chains512(steps, threads)
+                                          : bench::fma_chains256(steps, threads));
   st.counters["GFLOPs"] = benchmark::Counter(2.0 * (width / 32) * 12 * steps * threads,
                                              benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
