@@ -17,6 +17,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc   # the server's gRPC front end (TF Serving's services)
   libsimdjson-dev          # REST request bodies
   libpcre2-dev             # LLM tokenizers: the pre-tokenizer regexes (Unicode classes, look-ahead; JIT)
+  libleveldb-dev           # TensorFlow SavedModels: the variables index is a LevelDB table
   wrk                      # load tests of the server (tests/cli/serve.sh)
   curl                     # the server's CLI tests and the README's example
   clang-14 libclang-rt-14-dev   # libFuzzer targets

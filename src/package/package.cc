@@ -11,6 +11,7 @@
 #include "kiln/core/file_io.h"
 #include "kiln/core/tensor_spec.h"
 #include "kiln/package/saved_model.h"
+#include "kiln/package/tf_saved_model.h"
 
 namespace kiln::package {
 namespace fs = std::filesystem;
@@ -59,11 +60,12 @@ std::vector<int64_t> list_versions(const std::string& base) {
 
 std::string resolve_version_dir(const std::string& dir) {
   std::error_code ec;
-  if (fs::exists(fs::path(dir) / kManifestFile, ec)) return dir;
+  if (fs::exists(fs::path(dir) / kManifestFile, ec) || is_tf_saved_model(dir)) return dir;
   if (!fs::is_directory(dir, ec)) throw NotFoundError("no model package at " + dir + ": no such directory");
   auto versions = list_versions(dir);
   if (versions.empty())
-    throw NotFoundError("no model package at " + dir + ": no " + kManifestFile + " and no numeric version directories");
+    throw NotFoundError("no model package at " + dir + ": no " + kManifestFile + ", no " + kTfSavedModelFile +
+                        " and no numeric version directories");
   return (fs::path(dir) / std::to_string(versions.back())).string();
 }
 

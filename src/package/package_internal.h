@@ -43,6 +43,11 @@ std::vector<LoadedSignature> load_signatures(const ModelPackageProto& pkg, const
                                              const std::string& source,
                                              const graph::PassOptions& passes);
 
+// One signature's graph optimised at `passes` and checked against the signature (its
+// input specs, open sizes as 1, must give its output specs); `what` names it in errors.
+LoadedSignature prepare_signature(Signature sig, graph::Graph g, const std::string& what,
+                                  const graph::PassOptions& passes);
+
 // Checks a signature's names and method (InvalidArgumentError).
 void validate_signature(const Signature& s);
 

@@ -11,6 +11,7 @@
 #include "kiln/core/tensor_spec.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/passes.h"
+#include "kiln/package/tf_saved_model.h"
 #include "package_internal.h"
 
 namespace kiln::package {
@@ -45,42 +46,47 @@ std::vector<LoadedSignature> load_signatures(const ModelPackageProto& pkg, const
     const std::string where = source + " (function '" + sp.function() + "')";
     graph::Graph g = graph_from_proto(fit->second->graph(), weights, where);
     const std::string what = source + ": signature '" + sig.name + "'";
-    if (g.num_inputs != static_cast<int>(sig.inputs.size()) || g.outputs.size() != sig.outputs.size())
-      throw DataLossError(what + " has " + std::to_string(sig.inputs.size()) + " inputs and " +
-                          std::to_string(sig.outputs.size()) + " outputs, its graph " + std::to_string(g.num_inputs) +
-                          " and " + std::to_string(g.outputs.size()));
-    graph::PassOptions po = passes;
-    po.name = sig.name;
-    graph::optimize(g, po);
-    auto executor = std::make_unique<graph::Executor>(std::move(g));
-    // Signature consistency: the graph accepts the input specs (open sizes as 1) and
-    // yields the output specs.
-    std::vector<TensorMeta> in;
-    for (const TensorInfo& t : sig.inputs) {
-      std::vector<int64_t> dims = t.spec.shape;
-      for (int64_t& d : dims)
-        if (d < 0) d = 1;
-      in.push_back({Shape(dims), t.spec.dtype});
-    }
-    std::vector<TensorMeta> metas;
-    try {
-      metas = executor->output_metas(in);
-    } catch (const Error& e) {
-      throw InvalidArgumentError(what + ": its graph rejects the signature's inputs: " + e.message());
-    }
-    for (size_t k = 0; k < metas.size(); ++k) {
-      const TensorSpec& want = sig.outputs[k].spec;
-      bool ok = metas[k].dtype == want.dtype && metas[k].shape.rank() == static_cast<int>(want.shape.size());
-      for (int d = 0; ok && d < metas[k].shape.rank(); ++d)
-        ok = want.shape[static_cast<size_t>(d)] < 0 || want.shape[static_cast<size_t>(d)] == metas[k].shape.dim(d);
-      if (!ok)
-        throw InvalidArgumentError(what + ": output '" + sig.outputs[k].name + "' is declared " + spec_str(want) +
-                                   " but the graph computes " + std::string(dtype_name(metas[k].dtype)) +
-                                   metas[k].shape.str());
-    }
-    out.push_back({std::move(sig), std::move(executor)});
+    out.push_back(prepare_signature(std::move(sig), std::move(g), what, passes));
   }
   return out;
+}
+
+LoadedSignature prepare_signature(Signature sig, graph::Graph g, const std::string& what,
+                                  const graph::PassOptions& passes) {
+  if (g.num_inputs != static_cast<int>(sig.inputs.size()) || g.outputs.size() != sig.outputs.size())
+    throw DataLossError(what + " has " + std::to_string(sig.inputs.size()) + " inputs and " +
+                        std::to_string(sig.outputs.size()) + " outputs, its graph " + std::to_string(g.num_inputs) +
+                        " and " + std::to_string(g.outputs.size()));
+  graph::PassOptions po = passes;
+  po.name = sig.name;
+  graph::optimize(g, po);
+  auto executor = std::make_unique<graph::Executor>(std::move(g));
+  // Signature consistency: the graph accepts the input specs (open sizes as 1) and
+  // yields the output specs.
+  std::vector<TensorMeta> in;
+  for (const TensorInfo& t : sig.inputs) {
+    std::vector<int64_t> dims = t.spec.shape;
+    for (int64_t& d : dims)
+      if (d < 0) d = 1;
+    in.push_back({Shape(dims), t.spec.dtype});
+  }
+  std::vector<TensorMeta> metas;
+  try {
+    metas = executor->output_metas(in);
+  } catch (const Error& e) {
+    throw InvalidArgumentError(what + ": its graph rejects the signature's inputs: " + e.message());
+  }
+  for (size_t k = 0; k < metas.size(); ++k) {
+    const TensorSpec& want = sig.outputs[k].spec;
+    bool ok = metas[k].dtype == want.dtype && metas[k].shape.rank() == static_cast<int>(want.shape.size());
+    for (int d = 0; ok && d < metas[k].shape.rank(); ++d)
+      ok = want.shape[static_cast<size_t>(d)] < 0 || want.shape[static_cast<size_t>(d)] == metas[k].shape.dim(d);
+    if (!ok)
+      throw InvalidArgumentError(what + ": output '" + sig.outputs[k].name + "' is declared " + spec_str(want) +
+                                 " but the graph computes " + std::string(dtype_name(metas[k].dtype)) +
+                                 metas[k].shape.str());
+  }
+  return {std::move(sig), std::move(executor)};
 }
 
 }  // namespace internal
@@ -92,6 +98,27 @@ std::shared_ptr<SavedModel> SavedModel::load(const std::string& dir_in, const Lo
   m->dir_ = dir_in;
   const std::string manifest_path = (dir / kManifestFile).string();
   std::error_code ec;
+  if (!fs::exists(manifest_path, ec) && is_tf_saved_model(dir_in)) {
+    // A TensorFlow SavedModel: imported into kiln's graphs (tf_saved_model.h).
+    TfImport imp = import_tf_saved_model(dir_in);
+    m->manifest_.format = kTfSavedModelFormat;
+    m->manifest_.producer = imp.metadata.producer;
+    m->metadata_ = std::move(imp.metadata);
+    m->weight_bytes_ = imp.weight_bytes;
+    m->num_weights_ = imp.num_weights;
+    const std::string source = (dir / kTfSavedModelFile).string();
+    for (TfSignature& ts : imp.signatures) {
+      const std::string what = source + ": signature '" + ts.signature.name + "'";
+      internal::LoadedSignature ls =
+          internal::prepare_signature(std::move(ts.signature), std::move(ts.graph), what, opts.passes);
+      auto entry = std::make_unique<Entry>();
+      entry->executor = std::move(ls.executor);
+      m->signatures_.push_back(std::move(ls.signature));
+      m->entries_.push_back(std::move(entry));
+    }
+    m->load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return m;
+  }
   if (!fs::exists(manifest_path, ec)) {
     if (!fs::is_directory(dir, ec)) throw NotFoundError("no model package at " + dir_in + ": no such directory");
     throw NotFoundError("no model package at " + dir_in + ": " + kManifestFile + " is missing");

@@ -13,12 +13,12 @@
 
 #include "kiln/core/error.h"
 #include "kiln/package/package.h"
-#include "tensor_proto.h"
+#include "package/tf_tensor_proto.h"
 #include "tensorflow_serving/apis/get_model_metadata.pb.h"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
 #include "tensorflow_serving/config/model_server_config.pb.h"
-#include "tf_types.h"
+#include "package/tf_types.h"
 
 namespace kiln::serving {
 
@@ -111,8 +111,8 @@ TensorMap run_examples(const Servable& s, const package::Signature& sig, const F
 
 void fill_tensor_info(const package::TensorInfo& ti, tensorflow::TensorInfo* out) {
   out->set_name(ti.name);
-  out->set_dtype(static_cast<tensorflow::DataType>(tf_dtype_enum(ti.spec.dtype)));
-  shape_to_proto(ti.spec.shape, out->mutable_tensor_shape());
+  out->set_dtype(static_cast<tensorflow::DataType>(tf::tf_dtype_enum(ti.spec.dtype)));
+  tf::shape_to_proto(ti.spec.shape, out->mutable_tensor_shape());
 }
 
 }  // namespace
@@ -148,7 +148,7 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
 
       TensorMap inputs;
       for (const auto& [name, proto] : req->inputs())
-        inputs.emplace(name, tensor_from_proto(proto, "input '" + name + "'"));
+        inputs.emplace(name, tf::tensor_from_proto(proto, "input '" + name + "'"));
       const Clock::time_point deadline = deadline_of(*ctx);
       check_deadline(deadline);
       info.ran = true;
@@ -162,7 +162,7 @@ class GrpcServer::PredictionImpl final : public tfs::PredictionService::Service 
         const auto it = outputs.find(o.name);
         if (it == outputs.end())
           throw InternalError("signature '" + sig.name + "' produced no output '" + o.name + "'");
-        tensor_to_proto(it->second, &out[o.name]);
+        tf::tensor_to_proto(it->second, &out[o.name]);
       }
       fill_spec(*servable, sig.name, resp->mutable_model_spec());
     });

@@ -27,7 +27,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/json_string.h"
-#include "tf_types.h"
+#include "package/tf_types.h"
 
 namespace kiln::serving::json {
 namespace {
@@ -1303,7 +1303,7 @@ namespace {
 
 void append_tensor_info(std::string& out, const package::TensorInfo& info) {
   out += "{\"dtype\":";
-  append_json_string(out, tf_dtype_name(info.spec.dtype));
+  append_json_string(out, tf::tf_dtype_name(info.spec.dtype));
   out += ",\"tensor_shape\":{\"dim\":[";
   for (size_t i = 0; i < info.spec.shape.size(); ++i) {
     if (i) out += ',';

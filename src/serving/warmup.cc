@@ -7,7 +7,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/file_io.h"
 #include "service.h"
-#include "tensor_proto.h"
+#include "package/tf_tensor_proto.h"
 #include "tensorflow_serving/apis/prediction_log.pb.h"
 
 namespace fs = std::filesystem;
@@ -34,7 +34,7 @@ void replay(const Servable& s, const tensorflow::serving::PredictionLog& log) {
       const auto& req = log.predict_log().request();
       const auto& sig = Service::signature(s, req.model_spec().signature_name());
       TensorMap inputs;
-      for (auto& [name, proto] : req.inputs()) inputs.emplace(name, tensor_from_proto(proto, "input '" + name + "'"));
+      for (auto& [name, proto] : req.inputs()) inputs.emplace(name, tf::tensor_from_proto(proto, "input '" + name + "'"));
       s.predict_sync(sig.name, std::move(inputs));
       return;
     }

@@ -6,7 +6,7 @@
 #include "kiln/core/file_io.h"
 #include "kiln/data/tfrecord.h"
 #include "kiln/serving/model_manager.h"
-#include "serving/tensor_proto.h"
+#include "package/tf_tensor_proto.h"
 #include "serving/warmup.h"
 #include "serving_test_util.h"
 #include "tensorflow_serving/apis/prediction_log.pb.h"
@@ -21,7 +21,7 @@ std::string predict_log(const std::string& input_name, const Tensor& x, const st
   auto* req = log.mutable_predict_log()->mutable_request();
   req->mutable_model_spec()->set_name("m");
   req->mutable_model_spec()->set_signature_name(signature);
-  tensor_to_proto(x, &(*req->mutable_inputs())[input_name]);
+  tf::tensor_to_proto(x, &(*req->mutable_inputs())[input_name]);
   return log.SerializeAsString();
 }
 

@@ -12,7 +12,7 @@
 #include "serving/grpc_server.h"
 #include "kiln/serving/metrics.h"
 #include "serving/serving_test_util.h"
-#include "serving/tensor_proto.h"
+#include "package/tf_tensor_proto.h"
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
 #include "tensorflow_serving/config/model_server_config.pb.h"
@@ -48,23 +48,23 @@ TEST(Grpc, TensorFlowServingServicesEndToEnd) {
   Tensor x = Tensor::from_vector<float>({0.1f,0.2f,0.3f,0.4f, 1,2,3,4}, Shape{2,4});
   { grpc::ClientContext ctx; tfs::PredictRequest rq; tfs::PredictResponse rs;
     rq.mutable_model_spec()->set_name("m");
-    tensor_to_proto(x, &(*rq.mutable_inputs())["x"], true);
+    tf::tensor_to_proto(x, &(*rq.mutable_inputs())["x"], true);
     auto st = ps->Predict(&ctx, rq, &rs);
     CHECK(st.ok()); log << "predict v" << rs.model_spec().version().value() << " sig " << rs.model_spec().signature_name() << "\n";
-    Tensor p = tensor_from_proto(rs.outputs().at("probs"));
+    Tensor p = tf::tensor_from_proto(rs.outputs().at("probs"));
     CHECK(allclose(p, kiln::serving::testing::test_model_probs(x, 2), 1e-5, 1e-6)); }
   { grpc::ClientContext ctx; tfs::PredictRequest rq; tfs::PredictResponse rs;
     rq.mutable_model_spec()->set_name("m"); rq.mutable_model_spec()->set_version_label("stable");
-    tensor_to_proto(x, &(*rq.mutable_inputs())["x"]);
+    tf::tensor_to_proto(x, &(*rq.mutable_inputs())["x"]);
     auto st = ps->Predict(&ctx, rq, &rs); CHECK(st.ok()); CHECK(rs.model_spec().version().value() == 1);
-    CHECK(allclose(tensor_from_proto(rs.outputs().at("probs")), kiln::serving::testing::test_model_probs(x, 1), 1e-5, 1e-6)); }
+    CHECK(allclose(tf::tensor_from_proto(rs.outputs().at("probs")), kiln::serving::testing::test_model_probs(x, 1), 1e-5, 1e-6)); }
   { grpc::ClientContext ctx; tfs::PredictRequest rq; tfs::PredictResponse rs;
     rq.mutable_model_spec()->set_name("m"); rq.add_output_filter("nope");
-    tensor_to_proto(x, &(*rq.mutable_inputs())["x"]);
+    tf::tensor_to_proto(x, &(*rq.mutable_inputs())["x"]);
     auto st = ps->Predict(&ctx, rq, &rs); log << "filter: " << st.error_code() << " " << st.error_message() << "\n"; CHECK(st.error_code() == 3); }
   { grpc::ClientContext ctx; tfs::PredictRequest rq; tfs::PredictResponse rs;
     rq.mutable_model_spec()->set_name("m");
-    tensor_to_proto(x.to(DType::kF64), &(*rq.mutable_inputs())["x"]);
+    tf::tensor_to_proto(x.to(DType::kF64), &(*rq.mutable_inputs())["x"]);
     auto st = ps->Predict(&ctx, rq, &rs); log << "f64: " << st.error_code() << " " << st.error_message() << "\n"; CHECK(st.error_code() == 3); }
   { grpc::ClientContext ctx; tfs::PredictRequest rq; tfs::PredictResponse rs;
     rq.mutable_model_spec()->set_name("m"); (*rq.mutable_inputs())["x"].set_dtype(tensorflow::DT_STRING);
@@ -74,7 +74,7 @@ TEST(Grpc, TensorFlowServingServicesEndToEnd) {
     auto st = ps->Predict(&ctx, rq, &rs); log << "unknown model: " << st.error_code() << " " << st.error_message() << "\n"; CHECK(st.error_code() == 5); }
   { grpc::ClientContext ctx; tfs::PredictRequest rq; tfs::PredictResponse rs;
     rq.mutable_model_spec()->set_name("m"); rq.mutable_model_spec()->set_signature_name("classify");
-    tensor_to_proto(x, &(*rq.mutable_inputs())["x"]);
+    tf::tensor_to_proto(x, &(*rq.mutable_inputs())["x"]);
     auto st = ps->Predict(&ctx, rq, &rs); log << "predict on classify sig: " << st.error_code() << " " << st.error_message() << "\n"; }
   { grpc::ClientContext ctx; tfs::GetModelMetadataRequest rq; tfs::GetModelMetadataResponse rs;
     rq.mutable_model_spec()->set_name("m"); rq.add_metadata_field("signature_def");
@@ -112,7 +112,7 @@ TEST(Grpc, TensorFlowServingServicesEndToEnd) {
     auto st = ms->HandleReloadConfigRequest(&ctx, rq, &rs); log << "reload empty: " << st.error_code() << " " << st.error_message() << "\n"; CHECK(st.error_code() == 3); }
   { grpc::ClientContext ctx; ctx.set_deadline(std::chrono::system_clock::now() - std::chrono::seconds(1));
     tfs::PredictRequest rq; tfs::PredictResponse rs; rq.mutable_model_spec()->set_name("m");
-    tensor_to_proto(x, &(*rq.mutable_inputs())["x"]);
+    tf::tensor_to_proto(x, &(*rq.mutable_inputs())["x"]);
     auto st = ps->Predict(&ctx, rq, &rs); log << "past deadline: " << st.error_code() << " " << st.error_message() << "\n"; CHECK(st.error_code() == 4); }
   EXPECT_NE(metrics.render().find("api=\"grpc\",method=\"predict\",code=\"OK\""), std::string::npos) << metrics.render();
   srv.shutdown(std::chrono::milliseconds(100));
@@ -148,7 +148,7 @@ TEST(Grpc, CancelledCallsAreDroppedFromTheQueue) {
   tfs::PredictRequest rq;
   tfs::PredictResponse rs;
   rq.mutable_model_spec()->set_name("m");
-  tensor_to_proto(Tensor::from_vector<float>({1, 2, 3, 4}, Shape{1, 4}), &(*rq.mutable_inputs())["x"]);
+  tf::tensor_to_proto(Tensor::from_vector<float>({1, 2, 3, 4}, Shape{1, 4}), &(*rq.mutable_inputs())["x"]);
   std::thread cancel([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     ctx.TryCancel();

@@ -85,7 +85,8 @@ std::string sha256_file(const std::string& path);
 // The numeric version directories under `base` (ascending); other names (temporary
 // export directories, files) are ignored. Empty when `base` does not exist.
 std::vector<int64_t> list_versions(const std::string& base);
-// `dir` itself when it holds a manifest, else its highest numeric version directory.
+// `dir` itself when it holds a manifest or a TensorFlow saved_model.pb, else its highest
+// numeric version directory.
 // Throws NotFoundError when it is neither a package nor a base with versions.
 std::string resolve_version_dir(const std::string& dir);
 

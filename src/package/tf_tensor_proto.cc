@@ -1,4 +1,4 @@
-#include "tensor_proto.h"
+#include "tf_tensor_proto.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include "kiln/core/error.h"
 #include "tf_types.h"
 
-namespace kiln::serving {
+namespace kiln::tf {
 
 namespace {
 
@@ -164,4 +164,4 @@ void tensor_to_proto(const Tensor& t0, tensorflow::TensorProto* proto, bool type
   }
 }
 
-}  // namespace kiln::serving
+}  // namespace kiln::tf

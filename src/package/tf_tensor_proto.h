@@ -1,6 +1,7 @@
 #pragma once
-// kiln tensors <-> TensorFlow's TensorProto, as the gRPC API (grpc_server.h) and the
-// warm-up replay (PredictionLog records) carry them.
+// kiln tensors <-> TensorFlow's TensorProto: what the server's gRPC API (serving/grpc_server.h) and
+// warm-up replay (PredictionLog records) carry, and the Const nodes of an imported
+// SavedModel (tf_saved_model.cc).
 //
 // Decoding accepts what TensorFlow writes: the raw bytes in tensor_content (its size
 // must be numel * itemsize), or the typed value list of the dtype (float_val,
@@ -14,7 +15,7 @@
 #include "kiln/core/tensor.h"
 #include "tensorflow/core/framework/tensor.pb.h"
 
-namespace kiln::serving {
+namespace kiln::tf {
 
 // Throws InvalidArgumentError; `what` names the tensor in messages ("input 'x'").
 Tensor tensor_from_proto(const tensorflow::TensorProto& proto, std::string_view what = "tensor");
@@ -27,4 +28,4 @@ void tensor_to_proto(const Tensor& t, tensorflow::TensorProto* proto, bool typed
 // Dims (-1: open) -> TensorShapeProto.
 void shape_to_proto(const std::vector<int64_t>& dims, tensorflow::TensorShapeProto* proto);
 
-}  // namespace kiln::serving
+}  // namespace kiln::tf

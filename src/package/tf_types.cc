@@ -1,6 +1,6 @@
 #include "tf_types.h"
 
-namespace kiln::serving {
+namespace kiln::tf {
 
 // Numbers of tensorflow/core/framework/types.proto (proto/tensorflow/core/framework/).
 namespace {
@@ -53,4 +53,4 @@ std::optional<DType> from_tf_dtype(int e) {
   }
 }
 
-}  // namespace kiln::serving
+}  // namespace kiln::tf

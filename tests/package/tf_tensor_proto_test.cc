@@ -1,18 +1,18 @@
-// kiln tensors <-> TensorFlow TensorProtos (src/serving/tensor_proto.h): what the gRPC
-// API and the warm-up replay decode.
-#include "serving/tensor_proto.h"
+// kiln tensors <-> TensorFlow TensorProtos (src/package/tf_tensor_proto.h): what the gRPC
+// API, the warm-up replay and the SavedModel importer decode.
+#include "package/tf_tensor_proto.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "serving/tf_types.h"
+#include "package/tf_types.h"
 #include "test_util.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/shape.h"
 #include "kiln/core/tensor.h"
 
-namespace kiln::serving {
+namespace kiln::tf {
 namespace {
 
 // A tensor of each dtype with distinct, exactly representable values.
@@ -200,4 +200,4 @@ TEST(TensorProto, BoolContentNormalised) {
 }
 
 }  // namespace
-}  // namespace kiln::serving
+}  // namespace kiln::tf
