@@ -5,7 +5,10 @@
 //
 // Loads the package, then per batch size: a random uniform [0,1) input of the serving
 // signature's shape (open sizes = the batch), warm-up calls, then N timed calls of
-// SavedModel::run("serving_default", ...); prints one JSON line per batch:
+// SavedModel::run("serving_default", ...); prints a JSON line of the load (its time and
+// the process's resident memory after it; DIR may be a TensorFlow SavedModel), then one
+// per batch:
+//   {"runtime":"kiln","model":"cnn","load_ms":...,"rss_mib":...}
 //   {"runtime":"kiln","model":"cnn","batch":64,"runs":50,"median_us":...,"min_us":...,"p90_us":...}
 // Threads: KILN_NUM_THREADS (the comparison uses 2).
 // Usage: bench_inference DIR [--batches 1,64] [--runs N] [--signature NAME] [--gap_us G]
@@ -24,11 +27,23 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "kiln/package/tf_saved_model.h"
 
 using namespace kiln;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
+// The resident set (VmRSS of /proc/self/status), MiB.
+double rss_mib() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmRSS: %lf kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib / 1024;
+}
 
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
@@ -38,7 +53,7 @@ double percentile(std::vector<double> v, double q) {
 // A base directory holding versions -> its highest version.
 std::string resolve_version(const std::string& dir) {
   namespace fs = std::filesystem;
-  if (fs::exists(fs::path(dir) / package::kManifestFile)) return dir;
+  if (fs::exists(fs::path(dir) / package::kManifestFile) || package::is_tf_saved_model(dir)) return dir;
   long best = -1;
   std::string found = dir;
   for (const auto& e : fs::directory_iterator(dir)) {
@@ -97,6 +112,8 @@ int main(int argc, char** argv) {
   auto model = package::SavedModel::load(dir, load);
   const package::Signature& sig = model->signature(sig_name);
   const std::string name = model->metadata().model_name.empty() ? dir : model->metadata().model_name;
+  std::printf("{\"runtime\":\"kiln\",\"model\":\"%s\",\"load_ms\":%.2f,\"rss_mib\":%.1f}\n", name.c_str(),
+              model->load_seconds() * 1e3, rss_mib());
 
   for (int64_t batch : batches) {
     std::vector<Tensor> inputs;

@@ -90,10 +90,13 @@ std::string TensorBundle::shard_path(int i) const {
 }
 
 std::unique_ptr<TensorBundle> TensorBundle::open(const std::string& prefix) {
+  return from_index(read_file(prefix + ".index"), prefix);  // NotFoundError names the index
+}
+
+std::unique_ptr<TensorBundle> TensorBundle::from_index(const std::string& bytes, const std::string& prefix) {
   std::unique_ptr<TensorBundle> b(new TensorBundle());
   b->prefix_ = prefix;
   const std::string index_path = prefix + ".index";
-  const std::string bytes = read_file(index_path);  // NotFoundError names it
   BytesFile file(bytes);
   leveldb::Options options;
   options.paranoid_checks = true;

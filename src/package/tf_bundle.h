@@ -33,6 +33,9 @@ class TensorBundle {
  public:
   // prefix: ".../variables/variables" (without ".index").
   static std::unique_ptr<TensorBundle> open(const std::string& prefix);
+  // The same from the index file's bytes (the fuzzer's entry point); the shards are
+  // still mapped from `prefix`.
+  static std::unique_ptr<TensorBundle> from_index(const std::string& index_bytes, const std::string& prefix);
   ~TensorBundle();
 
   bool contains(const std::string& key) const { return entries_.count(key) > 0; }

@@ -579,6 +579,8 @@ class Evaluator {
   // Evaluates `node` of scope s and every node it depends on (iteratively: graphs may
   // be thousands of nodes deep).
   void evaluate(Scope& s, const std::string& node) {
+    // A node popped unexpanded while its own expansion is on the stack below is on a cycle.
+    std::set<std::string> expanding;
     std::vector<std::pair<std::string, bool>> stack{{node, false}};
     while (!stack.empty()) {
       auto [name, expanded] = stack.back();
@@ -588,23 +590,20 @@ class Evaluator {
       if (nit == s.nodes.end()) throw DataLossError(s.where + " refers to node '" + name + "', which it does not have");
       const NodeDef& n = *nit->second;
       if (!expanded) {
+        if (!expanding.insert(name).second) throw DataLossError(s.where + " has a cycle through " + node_label(n));
         stack.push_back({name, true});
         for (const std::string& in : n.input()) {
           const Ref r = parse_ref(in);
           if (r.control) continue;  // side effects of an inference graph: variable reads only
           if (!s.done.count(r.node) && !(s.function && s.args.count(r.node))) stack.push_back({r.node, false});
         }
-        if (stack.size() > 1000000) throw DataLossError(s.where + " has a cycle through " + node_label(n));
         continue;
       }
       Values in;
-      for (const std::string& i : n.input()) {
-        if (parse_ref(i).control) continue;
-        if (!s.done.count(parse_ref(i).node) && !(s.function && s.args.count(parse_ref(i).node)))
-          throw DataLossError(s.where + " has a cycle through " + node_label(n));
-        in.push_back(value(s, i));
-      }
+      for (const std::string& i : n.input())
+        if (!parse_ref(i).control) in.push_back(value(s, i));
       s.done[name] = run_node(s, n, in);
+      expanding.erase(name);
     }
   }
 
@@ -671,14 +670,7 @@ class Evaluator {
         const Ref r = parse_ref(in);
         if (!r.control) stack.push_back(r.node);
       }
-      const FunctionDef* f = nullptr;
-      try {
-        f = function_of(n);
-      } catch (const Error&) {
-        missing[n.op()].insert(n.name());
-        continue;
-      }
-      if (f) {
+      if (const FunctionDef* f = function_of(n)) {  // DataLossError: a call to a missing function
         if (!visited_functions.insert(f->signature().name()).second) continue;
         Scope body;
         body.function = true;

@@ -35,7 +35,8 @@ struct GraphInput {
 
 // Every op (with the names of the nodes that use it) reachable from `outputs` ("node"
 // or "node:index" of the top-level graph) that the importer cannot map, through the
-// functions they call. Empty: the graph can be imported.
+// functions they call. Empty: the graph can be imported. Throws DataLossError for a
+// call of a function the library lacks.
 std::map<std::string, std::set<std::string>> unsupported_ops(const tensorflow::GraphDef& graph,
                                                              const std::vector<std::string>& outputs);
 
