@@ -13,6 +13,7 @@
 #include "kiln/ops.h"
 #include "kiln/package/export.h"
 #include "kiln/package/saved_model.h"
+#include "kiln/package/tf_saved_model.h"
 
 namespace kiln::package {
 namespace fs = std::filesystem;
@@ -320,6 +321,11 @@ ConvertReport convert_package(const std::string& src_dir, const std::string& out
   md.precision = p;
   md.converted_from = src_dir;
   std::vector<std::string> assets, extra;
+  if (src->manifest().format == kTfSavedModelFormat) {  // a TF SavedModel: its asset directories as they are
+    for (auto [dir, list] : {std::pair{kAssetsDir, &assets}, std::pair{kAssetsExtraDir, &extra}})
+      for (const auto& e : fs::directory_iterator(fs::path(src_dir) / dir, ec))
+        if (e.is_regular_file()) list->push_back(e.path().string());
+  }
   for (const ManifestFile& f : src->manifest().files) {
     const std::string full = (fs::path(src_dir) / f.path).string();
     if (f.path.rfind(std::string(kAssetsDir) + "/", 0) == 0) assets.push_back(full);

@@ -159,7 +159,7 @@ TfImport import_tf_saved_model(const std::string& dir, const TfImportOptions& op
       for (const auto& [k, _] : m) ks.push_back(k);
       std::sort(ks.begin(), ks.end());
       for (const std::string& k : ks) {
-        TensorInfo info{k, {}};
+        TensorInfo info{k, {}, m.at(k).name()};
         const std::string bad = to_spec(m.at(k), &info.spec);
         if (!bad.empty() && why.empty()) why = (is_input ? "input '" : "output '") + k + "' is " + bad;
         const std::string& tensor = m.at(k).name();

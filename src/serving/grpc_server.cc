@@ -110,7 +110,7 @@ TensorMap run_examples(const Servable& s, const package::Signature& sig, const F
 }
 
 void fill_tensor_info(const package::TensorInfo& ti, tensorflow::TensorInfo* out) {
-  out->set_name(ti.name);
+  out->set_name(ti.tensor_name.empty() ? ti.name : ti.tensor_name);
   out->set_dtype(static_cast<tensorflow::DataType>(tf::tf_dtype_enum(ti.spec.dtype)));
   tf::shape_to_proto(ti.spec.shape, out->mutable_tensor_shape());
 }

@@ -1312,7 +1312,7 @@ void append_tensor_info(std::string& out, const package::TensorInfo& info) {
     out += "\",\"name\":\"\"}";
   }
   out += "],\"unknown_rank\":false},\"name\":";
-  append_json_string(out, info.name);
+  append_json_string(out, info.tensor_name.empty() ? info.name : info.tensor_name);
   out += '}';
 }
 

@@ -11,6 +11,7 @@ tf_saved_model.py KILN_CLI
   4. `kiln serve --model_base_path` on the TF Serving layout (numbered version directories):
      REST :predict, gRPC Predict and GetModelMetadata (PyPI's tensorflow-serving-api stubs)
      answer as TensorFlow computes; a second version dropped in is picked up (hot reload);
+     `kiln convert` writes fp32 and bf16 kiln packages of a SavedModel, assets included;
   5. corrupted or truncated saved_model.pb, index and data shards, and a model with ops kiln
      does not map, fail with typed errors naming the file or listing every missing op.
 Prints "tf saved_model interop ok"; any failure raises. Fails (never skips) without the venv's
@@ -170,6 +171,9 @@ def check_serving(root, out):
         meta.metadata["signature_def"].Unpack(sigs)
         assert sorted(sigs.signature_def) == ["scores", "serving_default"], sorted(sigs.signature_def)
         assert sorted(sigs.signature_def["serving_default"].outputs) == sorted(outs)
+        # TensorInfo names as TF Serving shows them: the graph's tensors.
+        assert sigs.signature_def["serving_default"].inputs["a"].name == "serving_default_a:0", sigs
+        assert sigs.signature_def["serving_default"].outputs["probs"].name.startswith("StatefulPartitionedCall"), sigs
         # Hot reload: version 2 dropped in (the temp name, then the rename, as exporters do).
         tmp = os.path.join(base, "tmp-2")
         shutil.copytree(os.path.join(root, "two_io", "1"), tmp)
@@ -197,6 +201,30 @@ def expect_error(args, *patterns):
     for p in patterns:
         assert re.search(p, r.stderr), (p, r.stderr)
     return r.stderr.strip().splitlines()[-1]
+
+
+def check_convert(root, out):
+    """kiln convert: a TF SavedModel -> a kiln package (fp32, bf16), assets carried over."""
+    src = os.path.join(out, "convert_src")
+    shutil.copytree(os.path.join(root, "cnn", "1"), src)
+    os.makedirs(os.path.join(src, "assets"), exist_ok=True)
+    with open(os.path.join(src, "assets", "labels.txt"), "w") as f:
+        f.write("\n".join(str(i) for i in range(10)))
+    ref = os.path.join(root, "cnn", "ref")
+    for precision in ("fp32", "bf16"):
+        dst = os.path.join(out, "converted", precision, "1")
+        r = run("convert", "--dir", src, "--output_dir", dst, "--precision", precision)
+        assert r.returncode == 0, r.stderr
+        assert os.path.exists(os.path.join(dst, "manifest.json")) and os.path.exists(os.path.join(dst, "assets", "labels.txt"))
+        od = os.path.join(out, "converted", precision, "out")
+        r = run("run", "--dir", dst, "--output_dir", od, "--input", f"inputs={ref}/b5_in0.npy")
+        assert r.returncode == 0, r.stderr
+        got, want = np.load(os.path.join(od, "output_0.npy")), np.load(f"{ref}/b5_out0.npy")
+        if precision == "fp32":
+            close(got, want, "converted fp32")
+        else:  # bf16 weights: probabilities within 2e-2
+            assert np.abs(got - want).max() < 2e-2, np.abs(got - want).max()
+    print("convert cnn: fp32 and bf16 packages from the SavedModel, assets carried over")
 
 
 def check_bad(root, out):
@@ -263,6 +291,7 @@ def main():
             check_run(root, name, out)
             check_show(root, name)
         check_serving(root, out)
+        check_convert(root, out)
         check_bad(root, out)
     finally:
         shutil.rmtree(out, ignore_errors=True)

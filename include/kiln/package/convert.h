@@ -16,7 +16,9 @@
 //         Quantised layers in a row (through max_pool2d and reshape only) pass u8
 //         activations: the first requantises to the second's input parameters.
 // The result is a new package version directory with the same signatures, metadata
-// (precision and converted_from set) and assets.
+// (precision and converted_from set) and assets. The source may be a TensorFlow
+// SavedModel (tf_saved_model.h): its graphs are imported, and the files directly under
+// its assets/ and assets.extra/ are carried over.
 //
 // Thread-safety: reentrant.
 #include <map>

@@ -42,6 +42,10 @@ inline constexpr const char* kAssetsExtraDir = "assets.extra";
 struct TensorInfo {
   std::string name;
   TensorSpec spec;  // shape: -1 for sizes the signature leaves open (the batch)
+  // An imported TensorFlow SavedModel's graph tensor ("serving_default_x:0"), which TF
+  // Serving's metadata reports as the TensorInfo's name; empty for kiln packages (the
+  // metadata shows `name`).
+  std::string tensor_name = {};
 };
 
 struct Signature {
