@@ -2,9 +2,7 @@
 // run under kiln::graph::trace (tf_graph_import.h).
 #include "tf_graph_import.h"
 
-#include <cmath>
 #include <cstring>
-#include <numeric>
 
 #include "kiln/core/error.h"
 #include "kiln/graph/function.h"
@@ -222,12 +220,16 @@ Values avg_pool(const NodeDef& n, const Values& in) {
   return one(ops::avg_pool2d(in[0].t, spatial(n, "ksize", fmt), spatial(n, "strides", fmt), padding(n, fmt), fmt));
 }
 Values fused_batch_norm(const NodeDef& n, const Values& in) {
-  if (attr_b(n, "is_training", true))
-    throw UnimplementedError(node_label(n) + " normalises with the batch's statistics (is_training); serving "
-                             "graphs use the moving averages");
   const std::string fmt = attr_s(n, "data_format", "NHWC");
   const int64_t axis = fmt.size() >= 2 && fmt[1] == 'C' ? 1 : -1;
-  Tensor y = ops::batch_norm_inference(in[0].t, in[3].t, in[4].t, in[1].t, in[2].t, attr_f(n, "epsilon", 1e-3), axis);
+  const double eps = attr_f(n, "epsilon", 1e-3);
+  if (attr_b(n, "is_training", true)) {
+    // The batch's own statistics: what tf-keras 2's LayerNormalization exports (a
+    // reshape to [1, N, ...] through fused_batch_norm). batch_variance is the biased one.
+    ops::BatchNormTrainingResult r = ops::batch_norm_training(in[0].t, in[1].t, in[2].t, eps, axis);
+    return {Value{r.y}, Value{r.mean}, Value{r.var}, Value{r.mean}, Value{r.var}, Value{r.mean}};
+  }
+  Tensor y = ops::batch_norm_inference(in[0].t, in[3].t, in[4].t, in[1].t, in[2].t, eps, axis);
   // y, batch_mean, batch_variance, reserve_space_1..3: the statistics given.
   return {Value{y}, in[3], in[4], in[3], in[4], in[3]};
 }

@@ -210,6 +210,30 @@ TEST(TfGraphImport, OtherBatchDependentShapesAreUnimplemented) {
   EXPECT_CLOSE(run(import(b, {2, 3}, "y"), ops::zeros({2, 3})), ops::ones({2, 3}), 0, 0);
 }
 
+TEST(TfGraphImport, FusedBatchNormWithGivenOrBatchStatistics) {
+  // x [2, 2] normalised per channel (the last axis), eps 0: hand-computed.
+  const Tensor x = Tensor::from_vector<float>({1, 2, 3, 6}, {2, 2});
+  for (bool training : {false, true}) {
+    GraphBuilder b;
+    b.node("x", "Placeholder");
+    b.constant("scale", Tensor::from_vector<float>({2, 1}, {2}));
+    b.constant("offset", Tensor::from_vector<float>({0, 1}, {2}));
+    b.constant("mean", Tensor::from_vector<float>({1, 2}, {2}));
+    b.constant("var", Tensor::from_vector<float>({4, 16}, {2}));
+    auto& n = b.node("bn", "FusedBatchNormV3", {"x", "scale", "offset", "mean", "var"});
+    (*n.mutable_attr())["epsilon"].set_f(0);
+    (*n.mutable_attr())["is_training"].set_b(training);
+    b.node("y", "Identity", {"bn:0"});
+    const Tensor y = run(import(b, {2, 2}, "y"), x);
+    // Given statistics: (x - [1, 2]) / [2, 4] * [2, 1] + [0, 1]; the batch's: mean [2, 4],
+    // biased variance [1, 4].
+    const Tensor want = training ? Tensor::from_vector<float>({-2, 0, 2, 2}, {2, 2})
+                                 : Tensor::from_vector<float>({0, 1, 2, 2}, {2, 2});
+    SCOPED_TRACE(training ? "batch statistics" : "given statistics");
+    EXPECT_CLOSE(y, want, 1e-6, 1e-6);
+  }
+}
+
 TEST(TfGraphImport, EveryUnmappedOpIsListedWithItsNodes) {
   GraphBuilder b;
   b.node("x", "Placeholder");
