@@ -24,6 +24,7 @@ PACKAGES=(
   python3 python3-venv     # fixture generators and interop checks (venv in the build tree)
   python3-jinja2           # the chat-template fixtures' reference (scripts/fixtures/gen_chat_templates.py)
   dataset-fashion-mnist    # the default training data set
+  prometheus               # deploy/prometheus: promtool checks the rules; the scrape test runs the server
 )
 
 missing=()

@@ -34,6 +34,7 @@ struct Nvml {
   nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
   nvmlReturn_t (*temperature)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int*) = nullptr;
   nvmlReturn_t (*power)(nvmlDevice_t, unsigned int*) = nullptr;
+  nvmlReturn_t (*power_limit)(nvmlDevice_t, unsigned int*) = nullptr;  // optional (nvmlDeviceGetEnforcedPowerLimit)
   nvmlReturn_t (*pcie)(nvmlDevice_t, nvmlPcieUtilCounter_t, unsigned int*) = nullptr;
 };
 
@@ -58,6 +59,7 @@ const Nvml& nvml() {
               resolve(lib, "nvmlDeviceGetTemperature", n.temperature) &&
               resolve(lib, "nvmlDeviceGetPowerUsage", n.power) &&
               resolve(lib, "nvmlDeviceGetPcieThroughput", n.pcie);
+    resolve(lib, "nvmlDeviceGetEnforcedPowerLimit", n.power_limit);  // absent: no power_limit_watts reading
     if (!ok) {
       n.status = "NVML: a required symbol is missing from libnvidia-ml.so.1";
       n.init = nullptr;
@@ -95,6 +97,8 @@ std::vector<DeviceReading> nvml_readings(const std::string& pci_bus_id) {
   if (n.temperature(dev, NVML_TEMPERATURE_GPU, &v) == NVML_SUCCESS)
     out.push_back({"temperature_celsius", double(v), "GPU die temperature"});
   if (n.power(dev, &v) == NVML_SUCCESS) out.push_back({"power_watts", v / 1000.0, "Power draw of the board"});
+  if (n.power_limit && n.power_limit(dev, &v) == NVML_SUCCESS)
+    out.push_back({"power_limit_watts", v / 1000.0, "Power limit the driver enforces (the alert's denominator)"});
   if (n.pcie(dev, NVML_PCIE_UTIL_TX_BYTES, &v) == NVML_SUCCESS)
     out.push_back({"pcie_tx_bytes_per_second", v * 1024.0, "PCIe transmit throughput (device to host)"});
   if (n.pcie(dev, NVML_PCIE_UTIL_RX_BYTES, &v) == NVML_SUCCESS)
