@@ -16,7 +16,7 @@
 
 #include "http_server.h"
 #include "kiln/llm/engine.h"
-#include "kiln/serving/metrics.h"
+#include "kiln/core/metrics.h"
 #include "tensorflow_serving/config/model_server_config.pb.h"
 
 namespace kiln::serving {

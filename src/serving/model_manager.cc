@@ -7,7 +7,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
-#include "kiln/serving/metrics.h"
+#include "kiln/core/metrics.h"
 #include "log.h"
 
 namespace fs = std::filesystem;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kiln/core/example.h"
-#include "kiln/serving/metrics.h"
+#include "kiln/core/metrics.h"
 #include "kiln/serving/model_manager.h"
 #include "tensorflow_serving/apis/input.pb.h"
 

@@ -10,6 +10,9 @@
 #include <optional>
 
 #include "kiln/core/file_io.h"
+#include "kiln/core/metrics.h"
+#include "kiln/core/metrics_endpoint.h"
+#include "kiln/core/process_metrics.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/random.h"
 #include "kiln/data/idx.h"
@@ -52,6 +55,10 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                 "Train on this device: cpu (default) or cuda[:N] (weights, batches and the traced step there)");
   c->add_option("--export", a.export_dir,
                 "Export the trained model as a model package version under this directory (DIR/<version>/)");
+  c->add_option("--metrics-port,--metrics_port", a.metrics_port,
+                 "Serve the run's Prometheus metrics on this port while it trains (GET /metrics; 0: any free port)")
+      ->check(CLI::Range(0, 65535));
+  c->add_option("--metrics-host,--metrics_host", a.metrics_host, "Address of --metrics-port (default 127.0.0.1)");
   c->add_option("--verbose", a.verbose, "0 silent, 1 progress bar, 2 one line per epoch (default: 1 on a TTY, else 2)")
       ->check(CLI::Range(-1, 2));
   add_device_options(c, a.devices);
@@ -145,6 +152,15 @@ int run_train(const TrainArgs& a) {
     fo.callbacks.push_back(std::make_shared<EpochCheckpoint>(a.checkpoint_dir));
   }
   if (!a.logdir.empty()) fo.callbacks.push_back(callbacks::TensorBoard(a.logdir));
+  // Prometheus metrics while it trains: progress, process, allocators, devices.
+  Metrics metrics;
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  if (a.metrics_port >= 0) {
+    register_process_metrics(metrics);
+    fo.callbacks.push_back(callbacks::PrometheusMetrics(metrics));
+    endpoint = std::make_unique<MetricsEndpoint>(metrics, a.metrics_host, a.metrics_port);
+    std::fprintf(stderr, "kiln train: metrics on http://%s:%d/metrics\n", a.metrics_host.c_str(), endpoint->port());
+  }
   if (verbose > 0 && train_ds)
     std::cout << "Training " << a.model << " on " << a.tfrecords << "/train-*.tfrecord (" << num_threads()
               << " threads)\n" << train_ds->describe();

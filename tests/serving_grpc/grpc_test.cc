@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 #include "serving/grpc_server.h"
-#include "kiln/serving/metrics.h"
+#include "kiln/core/metrics.h"
 #include "serving/serving_test_util.h"
 #include "package/tf_tensor_proto.h"
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"

@@ -68,7 +68,9 @@ TEST(LossScaleOptimizerTest, ScaleTrajectoryWithInjectedOverflows) {
     } else {
       // A skipped step leaves the weights and the momentum slot exactly as they were.
       EXPECT_TRUE(array_equal(w.peek(), before));
-      if (slot_before.defined()) EXPECT_TRUE(array_equal(opt.slots(w)[0].peek(), slot_before));
+      if (slot_before.defined()) {
+        EXPECT_TRUE(array_equal(opt.slots(w)[0].peek(), slot_before));
+      }
     }
   }
   EXPECT_EQ(opt.skipped_steps(), 4);

@@ -7,6 +7,7 @@
 
 #include "kiln/autodiff/variable.h"
 #include "kiln/core/dtype.h"
+#include "kiln/core/metrics.h"
 #include "kiln/core/random.h"
 #include "kiln/core/shape.h"
 #include "kiln/core/tensor.h"
@@ -185,6 +186,29 @@ TEST(Callbacks, LearningRateSchedulerAndCsvLogger) {
   int rows = 0;
   while (std::getline(in, line)) ++rows;
   EXPECT_EQ(rows, 3);
+}
+
+TEST(Callbacks, PrometheusMetricsCountStepsSamplesAndEpochs) {
+  auto m = small_mlp(2);
+  Toy t = toy_data(70, 3);  // batches of 16: 4 full and one of 6, per epoch
+  Metrics metrics;
+  History h = m->fit(t.x, t.y, {.epochs = 3, .batch_size = 16, .callbacks = {callbacks::PrometheusMetrics(metrics)},
+                                .verbose = 0});
+  const std::string text = metrics.render();
+  auto has = [&](const std::string& line) {
+    EXPECT_NE(text.find(line + "\n"), std::string::npos) << "no '" << line << "' in\n" << text;
+  };
+  has("# TYPE kiln_train_steps_total counter");
+  has("kiln_train_steps_total 15");
+  has("kiln_train_samples_total 210");
+  has("kiln_train_running 0");
+  has("kiln_train_epoch 3");
+  has("kiln_train_step_seconds_count 15");
+  has("# TYPE kiln_train_step_seconds histogram");
+  has("# TYPE kiln_train_input_wait_seconds_total counter");
+  EXPECT_NE(text.find("kiln_train_epoch_metric{name=\"loss\"} "), std::string::npos);
+  EXPECT_NE(text.find("kiln_train_epoch_metric{name=\"samples_per_sec\"} "), std::string::npos);
+  EXPECT_EQ(metrics.gauge("kiln_train_loss", "", {}).at({}).value(), h.at("loss").back());
 }
 
 TEST(Callbacks, ModelCheckpointSavesLoadableWeights) {

@@ -31,9 +31,11 @@
 #include "kiln/serving/batching.h"
 #include "kiln/serving/status.h"
 
-namespace kiln::serving {
-
+namespace kiln {
 class Metrics;
+}
+
+namespace kiln::serving {
 
 struct VersionPolicy {
   enum class Kind { kLatest, kAll, kSpecific };

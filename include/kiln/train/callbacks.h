@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace kiln {
+class Metrics;
+}
+
 namespace kiln::train {
 
 class Model;
@@ -61,6 +65,14 @@ CallbackPtr BackupAndRestore(std::string backup_dir, int64_t save_freq = 0, bool
 // Writes logs as TensorBoard scalars (train/ and validation/ runs) to log_dir,
 // per epoch and every update_freq batches when update_freq > 0.
 CallbackPtr TensorBoard(std::string log_dir, int64_t update_freq = 0);
+// Training progress as Prometheus metrics in `metrics` (serve them with
+// kiln/core/metrics_endpoint.h; `kiln train --metrics_port`): kiln_train_running (1
+// while fit runs), kiln_train_epoch, kiln_train_steps_total, kiln_train_samples_total,
+// kiln_train_step_seconds (histogram: a step's compute), kiln_train_input_wait_seconds_total
+// (time between steps: the input pipeline), kiln_train_loss (the epoch's running mean),
+// kiln_train_epoch_metric{name} (the last epoch's logs: accuracy, val_*, samples_per_sec,
+// input_wait, ...). `metrics` must outlive the callback.
+CallbackPtr PrometheusMetrics(Metrics& metrics);
 
 }  // namespace callbacks
 }  // namespace kiln::train

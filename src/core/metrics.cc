@@ -1,9 +1,9 @@
-#include "kiln/serving/metrics.h"
+#include "kiln/core/metrics.h"
 
 #include <charconv>
 #include <cmath>
 
-namespace kiln::serving {
+namespace kiln {
 
 namespace {
 
@@ -191,4 +191,4 @@ std::string Metrics::render() const {
   return out;
 }
 
-}  // namespace kiln::serving
+}  // namespace kiln

@@ -1,6 +1,7 @@
 #pragma once
-// Prometheus metrics of the model server: counters, gauges and histograms with labels,
-// rendered in Prometheus' text exposition format (version 0.0.4).
+// Prometheus metrics: counters, gauges and histograms with labels, rendered in
+// Prometheus' text exposition format (version 0.0.4). The model server exposes them on
+// its REST port; a training process with metrics_endpoint.h.
 //
 //   Metrics m;
 //   auto& requests = m.counter("kiln_requests_total", "Requests answered", {"model", "api", "code"});
@@ -18,7 +19,7 @@
 #include <string>
 #include <vector>
 
-namespace kiln::serving {
+namespace kiln {
 
 class Counter {
  public:
@@ -99,4 +100,4 @@ class Metrics {
   std::vector<std::unique_ptr<Family<Histogram>>> histograms_;
 };
 
-}  // namespace kiln::serving
+}  // namespace kiln
