@@ -1,7 +1,6 @@
 #include "kiln/serving/server.h"
 
 #include <signal.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -13,9 +12,6 @@
 #include "grpc_server.h"
 #include "http_server.h"
 #include "llm_api.h"
-#include "kiln/core/cpu_isa.h"
-#include "kiln/core/device.h"
-#include "kiln/core/device_config.h"
 #include "kiln/core/error.h"
 #include "kiln/core/process_metrics.h"
 #include "kiln/core/version.h"
