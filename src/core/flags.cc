@@ -59,6 +59,9 @@ const Entry kTable[] = {
    [](auto n, auto v, Flags& f, KernelPreferences&) { f.cuda_allow_tf32 = parse_bool(n, v); }},
   {{"KILN_FASHION_MNIST_DIR", "dir", "where Fashion-MNIST's IDX files are (default: Debian's dataset-fashion-mnist)"},
    [](auto, auto v, Flags& f, KernelPreferences&) { f.fashion_mnist_dir = std::string(v); }},
+  {{"KILN_MLFLOW_TRACKING_URI", "file:dir",
+    "kiln train records each run in this MLflow file store (default of --mlflow_tracking_uri)"},
+   [](auto, auto v, Flags& f, KernelPreferences&) { f.mlflow_tracking_uri = std::string(v); }},
   {{"KILN_CPU_ISA", "avx2|avx512|avx512_vnni|avx512_bf16",
     "cap kiln's own CPU kernels at this instruction set (default: the best the CPU has; tests cover lower paths)"},
    [](auto n, auto v, Flags& f, KernelPreferences&) {

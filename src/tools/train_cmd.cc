@@ -10,6 +10,9 @@
 #include <optional>
 
 #include "kiln/core/file_io.h"
+#include "kiln/core/flags.h"
+#include "kiln/core/version.h"
+#include "kiln/package/package.h"
 #include "kiln/core/metrics.h"
 #include "kiln/core/metrics_endpoint.h"
 #include "kiln/core/process_metrics.h"
@@ -19,6 +22,7 @@
 #include "kiln/ops.h"
 #include "kiln/train/layers.h"
 #include "kiln/train/export.h"
+#include "kiln/train/mlflow.h"
 #include "kiln/train/model.h"
 #include "train_records.h"
 
@@ -59,6 +63,11 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                  "Serve the run's Prometheus metrics on this port while it trains (GET /metrics; 0: any free port)")
       ->check(CLI::Range(0, 65535));
   c->add_option("--metrics-host,--metrics_host", a.metrics_host, "Address of --metrics-port (default 127.0.0.1)");
+  c->add_option("--mlflow-tracking-uri,--mlflow_tracking_uri", a.mlflow_tracking_uri,
+                "Record the run (params, per-epoch metrics, tags, the exported package) in this MLflow file store "
+                "(file:DIR; default: KILN_MLFLOW_TRACKING_URI)");
+  c->add_option("--mlflow-experiment,--mlflow_experiment", a.mlflow_experiment, "MLflow experiment (default: Default)");
+  c->add_option("--mlflow-run-name,--mlflow_run_name", a.mlflow_run_name, "MLflow run name (default: the model)");
   c->add_option("--verbose", a.verbose, "0 silent, 1 progress bar, 2 one line per epoch (default: 1 on a TTY, else 2)")
       ->check(CLI::Range(-1, 2));
   add_device_options(c, a.devices);
@@ -161,6 +170,47 @@ int run_train(const TrainArgs& a) {
     endpoint = std::make_unique<MetricsEndpoint>(metrics, a.metrics_host, a.metrics_port);
     std::fprintf(stderr, "kiln train: metrics on http://%s:%d/metrics\n", a.metrics_host.c_str(), endpoint->port());
   }
+  // Lineage: the run in MLflow's file store.
+  std::shared_ptr<MlflowRun> run;
+  const std::string mlflow_uri = !a.mlflow_tracking_uri.empty() ? a.mlflow_tracking_uri : flags().mlflow_tracking_uri;
+  if (!mlflow_uri.empty()) {
+    run = MlflowRun::start({mlflow_uri, a.mlflow_experiment, a.mlflow_run_name.empty() ? a.model : a.mlflow_run_name});
+    for (const auto& [k, v] : std::map<std::string, std::string>{
+             {"model", a.model}, {"epochs", std::to_string(a.epochs)}, {"batch_size", std::to_string(a.batch_size)},
+             {"learning_rate", std::to_string(a.learning_rate)}, {"optimizer", "adam"}, {"seed", std::to_string(a.seed)},
+             {"precision", a.precision}, {"max_samples", std::to_string(a.max_samples)},
+             {"device", a.device.empty() ? "cpu" : a.device}})
+      run->log_param(k, v);
+    run->set_tag("kiln.version", KILN_VERSION_STRING);
+    run->set_tag("kiln.command", "kiln train");
+    // The data: the bytes of the training tensors (or the TFRecord directory's files).
+    std::string fingerprint;
+    if (!train_ds) {
+      fingerprint = package::sha256_hex(x.raw_data(), x.nbytes()) + package::sha256_hex(y.raw_data(), y.nbytes());
+      fingerprint = package::sha256_hex(fingerprint.data(), fingerprint.size());
+    } else {
+      std::string listing;
+      for (const auto& e : std::filesystem::directory_iterator(a.tfrecords))
+        if (e.is_regular_file()) listing += e.path().filename().string() + ":" + package::sha256_file(e.path().string()) + "\n";
+      fingerprint = package::sha256_hex(listing.data(), listing.size());
+    }
+    run->set_tag("kiln.data_fingerprint", "sha256:" + fingerprint);
+    run->set_tag("kiln.data", train_ds ? "Fashion-MNIST TFRecords " + a.tfrecords
+                                       : "Fashion-MNIST, " + std::to_string(x.dim(0)) + " training images");
+    // The source's commit, when the command runs inside a git checkout (as MLflow records it).
+    if (FILE* g = ::popen("git rev-parse HEAD 2>/dev/null", "r")) {
+      char buf[64] = {};
+      const bool got = std::fgets(buf, sizeof buf, g) != nullptr;
+      if (::pclose(g) == 0 && got) {
+        std::string commit(buf);
+        while (!commit.empty() && (commit.back() == '\n' || commit.back() == '\r')) commit.pop_back();
+        if (commit.size() == 40) run->set_tag("mlflow.source.git.commit", commit);
+      }
+    }
+    fo.callbacks.push_back(callbacks::MlflowLogger(run));
+    std::fprintf(stderr, "kiln train: MLflow run %s in %s (experiment %s)\n", run->id().c_str(), mlflow_uri.c_str(),
+                 run->experiment_id().c_str());
+  }
   if (verbose > 0 && train_ds)
     std::cout << "Training " << a.model << " on " << a.tfrecords << "/train-*.tfrecord (" << num_threads()
               << " threads)\n" << train_ds->describe();
@@ -171,6 +221,10 @@ int run_train(const TrainArgs& a) {
 
   Logs test = test_ds ? model->evaluate(*test_ds) : model->evaluate(tx, ty, {256});
   std::printf("test loss: %.4f - test accuracy: %.4f\n", test["loss"], test["accuracy"]);
+  if (run) {
+    run->log_metric("test_loss", test["loss"], a.epochs);
+    run->log_metric("test_accuracy", test["accuracy"], a.epochs);
+  }
   if (!a.metrics_json.empty()) {
     nlohmann::json j;
     j["model"] = a.model;
@@ -208,6 +262,10 @@ int run_train(const TrainArgs& a) {
     eo.metadata.metrics["test_accuracy"] = test["accuracy"];
     eo.metadata.hyperparameters["seed"] = std::to_string(a.seed);
     eo.metadata.tags["model"] = a.model;
+    if (run) {  // lineage both ways: the package names its run, the run holds the package
+      eo.metadata.tags["mlflow_run_id"] = run->id();
+      eo.metadata.tags["mlflow_tracking_uri"] = mlflow_uri;
+    }
     const auto tmp = std::filesystem::temp_directory_path() / ("kiln-export-" + std::to_string(::getpid()));
     std::filesystem::create_directories(tmp);
     const auto labels = tmp / "labels.txt";
@@ -222,6 +280,7 @@ int run_train(const TrainArgs& a) {
     }
     std::filesystem::remove_all(tmp);
     std::printf("exported: %s\n", dir.c_str());
+    if (run) run->log_artifacts(dir, "model");
   }
   return 0;
 }

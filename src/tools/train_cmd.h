@@ -29,6 +29,9 @@ struct TrainArgs {
   std::string device;                  // --device: where to train ("" = the CPU)
   DeviceArgs devices;                  // --memory-limit, --memory-growth, --logical-devices, --visible-devices
   int metrics_port = -1;               // --metrics-port: serve Prometheus metrics (0: any free port)
+  std::string mlflow_tracking_uri;     // --mlflow-tracking-uri (default KILN_MLFLOW_TRACKING_URI): record the run
+  std::string mlflow_experiment = "Default";
+  std::string mlflow_run_name;
   std::string metrics_host = "127.0.0.1";
 };
 

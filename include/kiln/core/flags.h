@@ -34,6 +34,7 @@ struct Flags {
   bool cuda_allow_tf32 = true;     // KILN_CUDA_ALLOW_TF32: f32 matmuls/convolutions on TF32 Tensor Cores
   std::string fashion_mnist_dir;   // KILN_FASHION_MNIST_DIR: where load_fashion_mnist looks by default
   std::string cpu_isa;             // KILN_CPU_ISA: cap kiln's own CPU kernels at this level (kiln/core/cpu_isa.h)
+  std::string mlflow_tracking_uri; // KILN_MLFLOW_TRACKING_URI: `kiln train` records runs there (kiln/train/mlflow.h)
 };
 
 // The flags, parsed from the environment on first call.
