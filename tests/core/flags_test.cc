@@ -110,8 +110,9 @@ TEST(Flags, TableListsEveryVariableOnce) {
     EXPECT_EQ(std::string(f.name).rfind("KILN_", 0), 0u) << f.name;
     EXPECT_GT(std::string(f.meaning).size(), 10u) << f.name;
   }
-  EXPECT_EQ(names.size(), 14u);
+  EXPECT_EQ(names.size(), 15u);
   EXPECT_EQ(names.count("KILN_CPU_ISA"), 1u);
+  EXPECT_EQ(names.count("KILN_MLFLOW_TRACKING_URI"), 1u);
   EXPECT_EQ(names.count("KILN_AUTO_MIXED_PRECISION"), 0u);  // numerics are options, not environment
   EXPECT_EQ(names.count("KILN_POOL_MASK"), 0u);
 }

@@ -158,7 +158,9 @@ TEST(ConvMaxPool, PoolMaskBreaksTiesAsTheGradient) {
         // Ties happened (and the ReLU's zeros, marked 4).
         const std::vector<uint8_t> mv = got[1].to_vector<uint8_t>();
         EXPECT_GT(std::count(mv.begin(), mv.end(), uint8_t{0}), static_cast<std::ptrdiff_t>(mv.size() / 8));
-        if (relu) EXPECT_GT(std::count(mv.begin(), mv.end(), uint8_t{4}), 0);
+        if (relu) {
+          EXPECT_GT(std::count(mv.begin(), mv.end(), uint8_t{4}), 0);
+        }
       }
     }
   }

@@ -483,7 +483,9 @@ TEST_P(OptimKernelTest, InPlaceGivesTheSameValuesInTheSameBuffers) {
     const ops::SgdUpdate got = ops::sgd_update(pc, g, mc, 0.05, mu, true, 0.01, {}, true);
     expect_same(got.param, pc, want.param, "sgd param");
     if (mu != 0) expect_same(got.momentum, mc, want.momentum, "sgd momentum");
-    if (mu == 0) EXPECT_TRUE(array_equal(mc, s3));  // unused slot untouched
+    if (mu == 0) {
+      EXPECT_TRUE(array_equal(mc, s3));  // unused slot untouched
+    }
   }
   {
     const ops::RmspropUpdate want = ops::rmsprop_update(p, g, s2, s3, s1, 0.01, 0.9, 0.5, 1e-7, true, 0.1);
