@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <condition_variable>
+#include <thread>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -13,6 +15,7 @@
 #include "http_server.h"
 #include "llm_api.h"
 #include "kiln/core/error.h"
+#include "kiln/core/file_io.h"
 #include "kiln/core/process_metrics.h"
 #include "kiln/core/version.h"
 #include "log.h"
@@ -37,6 +40,38 @@ struct Server::Impl {
   MonitoringOptions monitoring;
   std::mutex reload_mu;
   bool stopped = false;
+  // --model_config_file_poll_wait_seconds: a thread re-reads the file and applies a new
+  // content (the content applied last, to tell).
+  std::thread config_poller;
+  std::mutex poll_mu;
+  std::condition_variable poll_cv;
+  bool poll_stop = false;
+  std::string config_applied;
+
+  void poll_config_file() {
+    const auto every = std::chrono::milliseconds(static_cast<int64_t>(opts.model_config_file_poll_wait_seconds * 1000));
+    std::unique_lock<std::mutex> lock(poll_mu);
+    while (!poll_cv.wait_for(lock, every, [this] { return poll_stop; })) {
+      std::string text;
+      try {
+        text = read_file(opts.model_config_file);
+      } catch (const std::exception& e) {
+        if (config_applied != "<unreadable>")
+          log_event(LogLevel::kError, "config_poll_failed", {{"file", opts.model_config_file}, {"error", e.what()}});
+        config_applied = "<unreadable>";
+        continue;
+      }
+      if (text == config_applied) continue;
+      config_applied = text;  // a broken content is reported once, not at every poll
+      lock.unlock();
+      try {
+        (void)apply_config(read_model_server_config(opts.model_config_file));
+      } catch (const std::exception& e) {
+        log_event(LogLevel::kError, "config_reload_failed", {{"file", opts.model_config_file}, {"error", e.what()}});
+      }
+      lock.lock();
+    }
+  }
 
   std::vector<ModelConfig> initial_models() {
     if (!opts.model_config_file.empty()) return models_from_proto(read_model_server_config(opts.model_config_file));
@@ -190,6 +225,10 @@ void Server::start() {
     im.grpc->start();
   }
   im.manager->start();
+  if (!im.opts.model_config_file.empty() && im.opts.model_config_file_poll_wait_seconds > 0) {
+    im.config_applied = read_file(im.opts.model_config_file);
+    im.config_poller = std::thread([&im] { im.poll_config_file(); });
+  }
   log_event(LogLevel::kInfo, "server_started",
             {{"version", KILN_VERSION_STRING},
              {"grpc", im.grpc ? im.opts.host + ":" + std::to_string(im.grpc->port()) : "off"},
@@ -214,6 +253,14 @@ void Server::stop() {
   auto& im = *impl_;
   if (im.stopped || !im.manager) return;
   im.stopped = true;
+  if (im.config_poller.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(im.poll_mu);
+      im.poll_stop = true;
+    }
+    im.poll_cv.notify_all();
+    im.config_poller.join();
+  }
   const auto grace = std::chrono::milliseconds(static_cast<int64_t>(im.opts.shutdown_grace_seconds * 1000));
   log_event(LogLevel::kInfo, "server_stopping", {{"in_flight", std::to_string(im.http ? im.http->in_flight() : 0)}});
   if (im.grpc) im.grpc->shutdown(grace);
@@ -278,6 +325,10 @@ int serve_main(int argc, char** argv) {
                  "num_batch_threads, allowed_batch_sizes, pad_variable_length_inputs");
   app.add_option("--file_system_poll_wait_seconds", o.file_system_poll_wait_seconds,
                  "Seconds between scans of the base paths for new versions (<= 0: scan at start only)")
+      ->capture_default_str();
+  app.add_option("--model_config_file_poll_wait_seconds", o.model_config_file_poll_wait_seconds,
+                 "Seconds between re-reads of --model_config_file; a changed file is applied as on SIGHUP "
+                 "(<= 0: read at start only)")
       ->capture_default_str();
   app.add_option("--monitoring_config_file", o.monitoring_config_file,
                  "MonitoringConfig text proto: prometheus_config { enable: true path: \"/metrics/path\" }");

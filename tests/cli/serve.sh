@@ -310,6 +310,30 @@ EOF
       "broken: logged=$logged a=$a_after_broken alive=$alive"
     ;;
 
+  configpoll)
+    # --model_config_file_poll_wait_seconds: an edited file is applied without a signal (a
+    # Kubernetes ConfigMap update), the way ConfigMaps change: a new file renamed over it.
+    export_mlp "$work/a"
+    mkdir -p "$work/b" && cp -r "$work/a/1" "$work/b/1"
+    model_a="config { name: \"a\" base_path: \"$work/a\" model_platform: \"kiln\" }"
+    model_b="config { name: \"b\" base_path: \"$work/b\" model_platform: \"kiln\" }"
+    printf 'model_config_list {\n  %s\n}\n' "$model_a" > "$work/models.config"
+    start_server --model_config_file "$work/models.config" --model_config_file_poll_wait_seconds 0.2
+    b_before=$(code POST "$base/v1/models/b:predict" "$work/one.json")
+    printf 'model_config_list {\n  %s\n  %s\n}\n' "$model_a" "$model_b" > "$work/models.config.new"
+    mv "$work/models.config.new" "$work/models.config"
+    b_added=timeout
+    for ((i = 0; i < 50; i++)); do
+      c=$(code POST "$base/v1/models/b:predict" "$work/one.json")
+      [ "$c" = 200 ] && { b_added=200; break; }
+      sleep 0.1
+    done
+    printf 'model_config_list { config { name: "a" base_path: ' > "$work/models.config"
+    wait_log 'event=config_reload_failed' 5 && logged=yes || logged=no
+    a_after=$(code POST "$base/v1/models/a:predict" "$work/one.json")
+    echo "configpoll: b=$b_before added: b=$b_added broken: logged=$logged a=$a_after"
+    ;;
+
   oom)
     # A memory cap the server's allocator enforces: a request too big for it answers 429
     # with the allocator's stats, and the server keeps serving the requests that fit.

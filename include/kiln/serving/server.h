@@ -32,6 +32,9 @@ struct ServerOptions {
   bool enable_batching = false;
   std::string batching_parameters_file;  // TF Serving's BatchingParameters text proto
   double file_system_poll_wait_seconds = 1;
+  // Re-read --model_config_file this often and apply it when its content changed (as
+  // SIGHUP does; a Kubernetes ConfigMap update needs no signal). <= 0: read at start only.
+  double model_config_file_poll_wait_seconds = 0;
   std::string monitoring_config_file;    // TF Serving's MonitoringConfig text proto
   bool enable_warmup = true;             // assets.extra/tf_serving_warmup_requests
   double shutdown_grace_seconds = 10;
