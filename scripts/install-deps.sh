@@ -25,6 +25,7 @@ PACKAGES=(
   python3-jinja2           # the chat-template fixtures' reference (scripts/fixtures/gen_chat_templates.py)
   dataset-fashion-mnist    # the default training data set
   prometheus               # deploy/prometheus: promtool checks the rules; the scrape test runs the server
+  chromium                 # the built-in dashboard's test (headless: loads /dashboard, takes a screenshot)
 )
 
 missing=()

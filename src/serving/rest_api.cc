@@ -7,6 +7,10 @@
 
 namespace kiln::serving {
 
+// The dashboard page (dashboard.html, embedded by the build: dashboard_html.cc.in).
+extern const char kDashboardHtml[];
+
+
 namespace {
 
 struct Route {
@@ -111,6 +115,10 @@ class RestApi {
       }
       return respond(json_error(Code::kUnavailable, "not ready: no available version of " +
                                                         (waiting.empty() ? std::string("any model (none configured)") : waiting)));
+    }
+    if (path == "/dashboard" || path == "/dashboard/") {
+      if (req.method != "GET") return respond(json_error(Code::kUnimplemented, "dashboard: use GET"));
+      return respond({200, "text/html; charset=utf-8", kDashboardHtml});
     }
     if (opts_.metrics_enabled && (path == "/metrics" || path == opts_.metrics_path)) {
       if (req.method != "GET") return respond(json_error(Code::kUnimplemented, "metrics: use GET"));
