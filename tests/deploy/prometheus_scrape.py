@@ -24,7 +24,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -32,6 +31,8 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 KILN = sys.argv[1]
+sys.path.insert(0, os.path.join(HERE, ".."))
+from kiln_process import KilnProcess  # noqa: E402
 MLP = os.path.join(ROOT, "tests", "fixtures", "tf_saved_model", "mlp")
 TIMEOUT = 30
 
@@ -48,34 +49,6 @@ def http(url, body=None):
         return json.load(r)
 
 
-class Proc:
-    def __init__(self, args, ready=None):
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.log = []
-        seen = threading.Event()
-
-        def read():
-            for line in self.proc.stderr:
-                self.log.append(line.rstrip("\n"))
-                if ready and ready in line:
-                    seen.set()
-            seen.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if ready and (not seen.wait(90) or self.proc.poll() is not None):
-            self.stop()
-            raise AssertionError(f"{args[0]} did not start:\n" + "\n".join(self.log[-30:]))
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 def main():
     prometheus = shutil.which("prometheus")
     assert prometheus, "prometheus is not installed (scripts/install-deps.sh installs Debian's)"
@@ -85,14 +58,13 @@ def main():
     work = tempfile.mkdtemp(prefix="kiln-prom-")
     server = prom = trainer = None
     try:
-        trainer = Proc([KILN, "train", "--model", "mlp", "--epochs", "1000", "--max-samples", "2000", "--verbose", "0",
+        trainer = KilnProcess([KILN, "train", "--model", "mlp", "--epochs", "1000", "--max-samples", "2000", "--verbose", "0",
                         "--metrics_port", "0"], ready="kiln train: metrics on")
-        line = next(entry for entry in trainer.log if "metrics on" in entry)
+        line = trainer.line("metrics on")
         train_target = re.search(r"http://([\d.]+:\d+)/metrics", line).group(1)
-        server = Proc([KILN, "serve", "--model_name", "mlp", "--model_base_path", MLP, "--llm_model",
-                       f"smollm2={gguf[0]}", "--port", "0", "--rest_api_port", "0"], ready="event=server_started")
-        line = next(entry for entry in server.log if "event=server_started" in entry)
-        rest = "http://{}:{}".format(*re.search(r"rest=([\d.]+):(\d+)", line).groups())
+        server = KilnProcess([KILN, "serve", "--model_name", "mlp", "--model_base_path", MLP, "--llm_model",
+                              f"smollm2={gguf[0]}", "--port", "0", "--rest_api_port", "0"])
+        rest = server.rest
         target = rest.split("//")[1]
 
         port = free_port()
@@ -113,8 +85,8 @@ scrape_configs:
     static_configs:
       - targets: ["{train_target}"]
 """)
-        prom = Proc([prometheus, f"--config.file={config}", f"--storage.tsdb.path={work}/data",
-                     f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"])
+        prom = KilnProcess([prometheus, f"--config.file={config}", f"--storage.tsdb.path={work}/data",
+                     f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"], ready=None)
         api = f"http://127.0.0.1:{port}/api/v1"
 
         def query(q):

@@ -25,7 +25,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import json
 import urllib.request
@@ -40,7 +39,9 @@ from tensorflow_serving.apis import get_model_metadata_pb2, predict_pb2, predict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
+sys.path.insert(0, os.path.join(HERE, ".."))
 import gen_tf_saved_models as gen  # noqa: E402
+from kiln_process import KilnProcess  # noqa: E402
 
 KILN = sys.argv[1]
 TIMEOUT = 30
@@ -96,40 +97,6 @@ def check_show(root, name):
     print(f"show {name}: signatures as TensorFlow's SignatureDefs")
 
 
-class Server:
-    def __init__(self, config_file):
-        self.proc = subprocess.Popen([KILN, "serve", "--model_config_file", config_file, "--port", "0",
-                                      "--rest_api_port", "0", "--file_system_poll_wait_seconds", "1"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.log = []
-        started = threading.Event()
-
-        def read():
-            for line in self.proc.stderr:
-                self.log.append(line.rstrip("\n"))
-                if "event=server_started" in line:
-                    started.set()
-            started.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not started.wait(60) or self.proc.poll() is not None:
-            self.stop()
-            raise AssertionError("kiln serve did not start:\n" + "\n".join(self.log))
-        line = next(entry for entry in self.log if "event=server_started" in entry)
-        m = re.search(r"grpc=([\d.]+):(\d+) rest=([\d.]+):(\d+)", line)
-        self.grpc = f"{m.group(1)}:{m.group(2)}"
-        self.rest = f"http://{m.group(3)}:{m.group(4)}"
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 def rest(url, body=None):
     req = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode())
     with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
@@ -147,7 +114,8 @@ def check_serving(root, out):
             shutil.copytree(os.path.join(root, name, "1"), os.path.join(base, "1"))
             f.write(f'  config {{ name: "{name}" base_path: "{base}" model_platform: "tensorflow" }}\n')
         f.write("}\n")
-    s = Server(config)
+    s = KilnProcess([KILN, "serve", "--model_config_file", config, "--port", "0", "--rest_api_port", "0",
+                     "--file_system_poll_wait_seconds", "1"])
     try:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(s.grpc))
         for name in names:
