@@ -12,6 +12,7 @@
 #include "kiln/core/npy.h"
 #include "kiln/graph/graph.h"
 #include "kiln/package/saved_model.h"
+#include "kiln/package/tf_saved_model.h"
 
 namespace kiln::tools {
 namespace fs = std::filesystem;
@@ -39,15 +40,19 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + (s.size() == 1 ? ",)" : ")");
 }
 
+// One input or output as saved_model_cli prints it (with the graph tensor's name for an
+// imported TensorFlow SavedModel).
+void print_tensor_info(const char* kind, const package::TensorInfo& t) {
+  std::printf("    %s['%s'] tensor_info:\n        dtype: %s\n        shape: %s\n", kind, t.name.c_str(),
+              std::string(dtype_name(t.spec.dtype)).c_str(), shape_str(t.spec.shape).c_str());
+  if (!t.tensor_name.empty()) std::printf("        name: %s\n", t.tensor_name.c_str());
+}
+
 void print_signature(const package::Signature& s) {
   std::printf("signature_def['%s']:\n  method name is: %s\n  The given inputs are:\n", s.name.c_str(), s.method.c_str());
-  for (const auto& t : s.inputs)
-    std::printf("    inputs['%s'] tensor_info:\n        dtype: %s\n        shape: %s\n", t.name.c_str(),
-                std::string(dtype_name(t.spec.dtype)).c_str(), shape_str(t.spec.shape).c_str());
+  for (const auto& t : s.inputs) print_tensor_info("inputs", t);
   std::printf("  The given outputs are:\n");
-  for (const auto& t : s.outputs)
-    std::printf("    outputs['%s'] tensor_info:\n        dtype: %s\n        shape: %s\n", t.name.c_str(),
-                std::string(dtype_name(t.spec.dtype)).c_str(), shape_str(t.spec.shape).c_str());
+  for (const auto& t : s.outputs) print_tensor_info("outputs", t);
 }
 
 std::string utc(int64_t ms) {
@@ -76,15 +81,20 @@ int run_show(const ShowArgs& a) {
   }
   const auto& mf = m->manifest();
   const auto& md = m->metadata();
-  std::printf("Model package %s\n", dir.c_str());
-  std::printf("  format: %s (format version %d, readable by consumers >= %d), producer: %s\n", mf.format.c_str(),
-              mf.format_version, mf.min_consumer_version, mf.producer.c_str());
-  std::printf("  created: %s, precision: %s%s%s\n", utc(md.created_unix_ms).c_str(), md.precision.c_str(),
-              md.converted_from.empty() ? "" : ", converted from ", md.converted_from.c_str());
+  if (mf.format == package::kTfSavedModelFormat) {  // imported: no manifest, no kiln lineage
+    std::printf("TensorFlow SavedModel %s (imported into kiln's graphs; docs/formats/savedmodel.md)\n", dir.c_str());
+    std::printf("  producer: %s, precision: %s\n", mf.producer.c_str(), md.precision.c_str());
+  } else {
+    std::printf("Model package %s\n", dir.c_str());
+    std::printf("  format: %s (format version %d, readable by consumers >= %d), producer: %s\n", mf.format.c_str(),
+                mf.format_version, mf.min_consumer_version, mf.producer.c_str());
+    std::printf("  created: %s, precision: %s%s%s\n", utc(md.created_unix_ms).c_str(), md.precision.c_str(),
+                md.converted_from.empty() ? "" : ", converted from ", md.converted_from.c_str());
+  }
   std::printf("  weights: %lld tensors, %.3f MiB (memory-mapped); loaded in %.1f ms\n",
               static_cast<long long>(m->num_weights()), static_cast<double>(m->weight_bytes()) / (1 << 20),
               m->load_seconds() * 1e3);
-  std::printf("  files:\n");
+  if (!mf.files.empty()) std::printf("  files:\n");
   for (const auto& f : mf.files)
     std::printf("    %-28s %12lld bytes  sha256 %s\n", f.path.c_str(), static_cast<long long>(f.bytes), f.sha256.c_str());
   std::printf("Metadata:\n");
