@@ -300,7 +300,7 @@ void Server::run_until_signalled() {
 
 int serve_main(int argc, char** argv) {
   ServerOptions o;
-  CLI::App app{"kiln model server: TensorFlow Serving's REST and gRPC APIs for kiln model packages"};
+  CLI::App app{"kiln model server: TensorFlow Serving's REST and gRPC APIs for kiln model packages and TensorFlow SavedModels"};
   app.set_version_flag("--version", KILN_VERSION_STRING);
   app.add_option("--model_name", o.model_name, "Name of the model (with --model_base_path)")->capture_default_str();
   app.add_option("--model_base_path", o.model_base_path, "Directory with numeric version subdirectories");
