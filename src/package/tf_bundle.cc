@@ -35,6 +35,64 @@ class BytesFile : public leveldb::RandomAccessFile {
 
 constexpr size_t kBorrowAlignment = 64;
 
+// LevelDB allocates the size a block handle claims before it reads the block, so a
+// hostile index could make it allocate terabytes. Every handle it will follow is checked
+// against the file first: the footer's (metaindex, index) and the index block's (one per
+// data block). The table format: blocks of entries (varint32 shared, non-shared and
+// value lengths, the key delta, the value), a uint32 restart array and its count, then a
+// 5-byte trailer (compression type, CRC); a 48-byte footer ends the file.
+void check_block_handles(const std::string& b, const std::string& path) {
+  constexpr size_t kFooter = 48, kTrailer = 5;
+  auto bad = [&](const std::string& why) { return DataLossError(path + " is not a TensorBundle index: " + why); };
+  if (b.size() < kFooter) throw bad(std::to_string(b.size()) + " bytes, shorter than a table's footer");
+  uint64_t magic;
+  std::memcpy(&magic, b.data() + b.size() - 8, 8);
+  if (magic != 0xdb4775248b80fb57ull) throw bad("no table magic number at its end (truncated or not a table)");
+  auto varint = [&](size_t& p, size_t end) {
+    uint64_t v = 0;
+    for (int shift = 0; shift <= 63; shift += 7) {
+      if (p >= end) throw bad("a varint runs past its block at byte " + std::to_string(p));
+      const auto byte = static_cast<uint8_t>(b[p++]);
+      v |= uint64_t{byte & 0x7fu} << shift;
+      if (!(byte & 0x80)) return v;
+    }
+    throw bad("a varint longer than 10 bytes at byte " + std::to_string(p));
+  };
+  struct Handle {
+    uint64_t offset, size;
+  };
+  auto handle = [&](size_t& p, size_t end, const std::string& what) {
+    const Handle h{varint(p, end), varint(p, end)};
+    if (h.offset > b.size() || h.size > b.size() - h.offset || b.size() - h.offset - h.size < kTrailer)
+      throw bad(what + " block at [" + std::to_string(h.offset) + ", +" + std::to_string(h.size) +
+                ") lies beyond the file's " + std::to_string(b.size()) + " bytes");
+    return h;
+  };
+  size_t p = b.size() - kFooter;
+  (void)handle(p, b.size() - 8, "the metaindex");
+  const Handle index = handle(p, b.size() - 8, "the index");
+  const auto type = static_cast<uint8_t>(b[index.offset + index.size]);
+  if (type > 1) throw bad("block compression type " + std::to_string(type));
+  if (type != 0)
+    throw UnimplementedError(path + ": a compressed index block (TensorFlow writes bundle indexes uncompressed)");
+  const size_t begin = index.offset, end = index.offset + index.size;
+  if (index.size < 4) throw bad("an index block of " + std::to_string(index.size) + " bytes");
+  uint32_t restarts;
+  std::memcpy(&restarts, b.data() + end - 4, 4);
+  if (restarts > (index.size - 4) / 4) throw bad("the index block's restart count " + std::to_string(restarts));
+  const size_t entries_end = end - 4 - 4 * size_t{restarts};
+  for (size_t q = begin; q < entries_end;) {
+    (void)varint(q, entries_end);  // shared key bytes
+    const uint64_t non_shared = varint(q, entries_end), value_len = varint(q, entries_end);
+    if (non_shared > entries_end - q || value_len > entries_end - q - non_shared)
+      throw bad("an index entry runs past its block at byte " + std::to_string(q));
+    q += non_shared;
+    size_t v = q;
+    (void)handle(v, q + value_len, "a data");
+    q += value_len;
+  }
+}
+
 // Elements of a DT_STRING entry: varint64 lengths, the masked CRC-32C of the lengths
 // (4 bytes), then the bytes of each string. The checksums run over each length as 4
 // little-endian bytes (not its varint), then the 4 checksum bytes, then the strings:
@@ -97,6 +155,7 @@ std::unique_ptr<TensorBundle> TensorBundle::from_index(const std::string& bytes,
   std::unique_ptr<TensorBundle> b(new TensorBundle());
   b->prefix_ = prefix;
   const std::string index_path = prefix + ".index";
+  check_block_handles(bytes, index_path);
   BytesFile file(bytes);
   leveldb::Options options;
   options.paranoid_checks = true;

@@ -471,6 +471,28 @@ const std::map<std::string, OpFn, std::less<>>& op_table() {
   return table;
 }
 
+// The fewest (data) inputs each op's function reads; 1 for ops not listed. A node with
+// fewer is DataLossError before its function runs.
+size_t min_inputs(const std::string& op) {
+  static const std::map<std::string, size_t, std::less<>> m = [] {
+    std::map<std::string, size_t, std::less<>> t;
+    for (const char* o : {"Const", "IdentityN"}) t[o] = 0;
+    for (const char* o :
+         {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "BiasAdd", "BiasAddV1", "Add", "AddV2", "Sub",
+          "Mul", "RealDiv", "Div", "FloorDiv", "Maximum", "Minimum", "Pow", "SquaredDifference", "Equal", "NotEqual",
+          "Less", "LessEqual", "Greater", "GreaterEqual", "LogicalAnd", "LogicalOr", "Conv2D", "DepthwiseConv2dNative",
+          "Mean", "Sum", "Max", "Min", "Prod", "All", "Any", "ArgMax", "ArgMin", "Reshape", "Transpose", "ExpandDims",
+          "ConcatV2", "Concat", "Split", "Pad", "MirrorPad", "Tile", "BroadcastTo", "Fill", "ResourceGather", "TopKV2"})
+      t[o] = 2;
+    for (const char* o : {"ClipByValue", "Select", "SelectV2", "SplitV", "Slice", "PadV2", "GatherV2", "Range"}) t[o] = 3;
+    for (const char* o : {"StridedSlice", "OneHot"}) t[o] = 4;
+    for (const char* o : {"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"}) t[o] = 5;
+    return t;
+  }();
+  auto it = m.find(op);
+  return it == m.end() ? 1 : it->second;
+}
+
 bool is_call(const std::string& op) { return op == "StatefulPartitionedCall" || op == "PartitionedCall"; }
 // Nodes the evaluator handles itself: a node without outputs or a graph input.
 bool is_structural(const std::string& op) { return op == "NoOp" || op == "Placeholder" || op == "VarHandleOp"; }
@@ -649,6 +671,9 @@ class Evaluator {
         throw InvalidArgumentError(node_label(n) + " is not an input of the signature: feed it");
       auto it = op_table().find(n.op());
       if (it == op_table().end()) throw UnimplementedError("op '" + n.op() + "' (" + node_label(n) + ")");
+      if (in.size() < min_inputs(n.op()))
+        throw DataLossError(node_label(n) + " has " + std::to_string(in.size()) + " inputs; it takes at least " +
+                            std::to_string(min_inputs(n.op())));
       return it->second(n, in);
     } catch (const Error& e) {
       if (e.message().find(" (" + n.op() + ")") != std::string::npos) throw;  // names the node already

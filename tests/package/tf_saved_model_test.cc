@@ -262,6 +262,10 @@ TEST(TfGraphImport, BrokenGraphsAreDataLoss) {
   d.node("x", "Placeholder");
   d.node("y", "Relu", {"x:x"});
   EXPECT_KILN_ERROR(import(d, {2}, "y"), kDataLoss, "malformed output index");
+  GraphBuilder m;  // too few inputs (the fuzzer's find): typed, before the op reads them
+  m.node("x", "Placeholder");
+  m.node("y", "Mean", {"x"});
+  EXPECT_KILN_ERROR(import(m, {2, 3}, "y"), kDataLoss, "has 1 inputs; it takes at least 2");
   GraphBuilder e;
   e.node("x", "Placeholder");
   (*e.node("y", "StatefulPartitionedCall", {"x"}).mutable_attr())["f"].mutable_func()->set_name("missing_fn");
