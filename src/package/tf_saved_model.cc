@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <mutex>
 
 #include "kiln/core/error.h"
 #include "kiln/core/file_io.h"
