@@ -20,14 +20,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "kiln/kiln.h"
-#include "kiln/package/tf_saved_model.h"
 
 using namespace kiln;
 using clock_type = std::chrono::steady_clock;
@@ -50,22 +48,6 @@ double percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
 }
 
-// A base directory holding versions -> its highest version.
-std::string resolve_version(const std::string& dir) {
-  namespace fs = std::filesystem;
-  if (fs::exists(fs::path(dir) / package::kManifestFile) || package::is_tf_saved_model(dir)) return dir;
-  long best = -1;
-  std::string found = dir;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string n = e.path().filename().string();
-    if (!e.is_directory() || n.empty() || n[0] == '0' ||
-        !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      continue;
-    if (long v = std::stol(n); v > best) best = v, found = e.path().string();
-  }
-  return found;
-}
-
 std::vector<int64_t> parse_list(const std::string& s) {
   std::vector<int64_t> out;
   std::stringstream ss(s);
@@ -84,7 +66,7 @@ int main(int argc, char** argv) {
                  argv[0]);
     return 2;
   }
-  const std::string dir = resolve_version(argv[1]);
+  const std::string dir = package::resolve_version_dir(argv[1]);
   std::vector<int64_t> batches = {1, 64};
   int runs_flag = 0;
   int64_t gap_us = 0;

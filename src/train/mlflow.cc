@@ -1,6 +1,7 @@
 // MLflow's file store, written (kiln/train/mlflow.h).
 #include "kiln/train/mlflow.h"
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -99,8 +100,8 @@ std::shared_ptr<MlflowRun> MlflowRun::start(const MlflowRunOptions& opts) {
   r->name_ = opts.run_name.empty() ? r->id_ : opts.run_name;
   r->dir_ = (root / r->experiment_id_ / r->id_).string();
   r->artifact_uri_ = "file://" + r->dir_ + "/artifacts";
-  const char* user = std::getenv("USER");
-  r->user_ = user && *user ? user : (getuid() == 0 ? "root" : std::to_string(getuid()));
+  const passwd* pw = getpwuid(getuid());  // the account, as MLflow's client records it
+  r->user_ = pw && pw->pw_name ? pw->pw_name : std::to_string(getuid());
   r->start_ms_ = now_ms();
   r->write_meta();
   std::error_code ec;
