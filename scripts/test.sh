@@ -15,9 +15,10 @@ step() { echo; echo "=== $* ($(( $(date +%s) - start ))s)"; }
 for preset in default asan tsan; do
   step "configure + build: $preset"
   cmake --preset "$preset" >/dev/null
-  # ThreadSanitizer runs the concurrent tests only (core, the data pipeline, packages, the server, the LLM engine): build just those.
+  # ThreadSanitizer runs the concurrent tests only (core, the data pipeline, packages, the server, the LLM engine,
+  # distribution strategies): build just those.
   target=(); [ "$preset" = tsan ] && target=(--target kiln_core_tests kiln_pipeline_tests kiln_package_tests kiln_serving_tests
-                                             kiln_llm_engine_tests)
+                                             kiln_llm_engine_tests kiln_distribute_tests)
   cmake --build --preset "$preset" -j "$JOBS" "${target[@]}"
   step "test: $preset"
   # The interop tests read kiln's files with stock Python packages (TensorBoard).

@@ -26,14 +26,28 @@ std::atomic<int>& threads() {
   }()};
   return n;
 }
+thread_local int t_limit = 0;  // ThreadLimitScope's cap on this thread; 0: none
 }  // namespace
 
-int num_threads() { return threads().load(std::memory_order_relaxed); }
+int num_threads() {
+  const int n = threads().load(std::memory_order_relaxed);
+  return t_limit > 0 ? std::min(n, t_limit) : n;
+}
 
 void set_num_threads(int n) {
   n = std::max(1, n);
   threads().store(n);
-  omp_set_num_threads(n);
+  omp_set_num_threads(t_limit > 0 ? std::min(n, t_limit) : n);
+}
+
+ThreadLimitScope::ThreadLimitScope(int n) : previous_(t_limit) {
+  t_limit = std::max(1, n);
+  omp_set_num_threads(num_threads());  // this thread's OpenMP count: what oneDNN reads
+}
+
+ThreadLimitScope::~ThreadLimitScope() {
+  t_limit = previous_;
+  omp_set_num_threads(num_threads());
 }
 
 void parallel_memcpy(void* dst, const void* src, int64_t nbytes) {

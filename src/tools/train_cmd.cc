@@ -18,7 +18,9 @@
 #include "kiln/core/process_metrics.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/random.h"
+#include "kiln/core/device_config.h"
 #include "kiln/data/idx.h"
+#include "kiln/distribute/strategy.h"
 #include "kiln/ops.h"
 #include "kiln/train/layers.h"
 #include "kiln/train/export.h"
@@ -70,6 +72,14 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   c->add_option("--mlflow-run-name,--mlflow_run_name", a.mlflow_run_name, "MLflow run name (default: the model)");
   c->add_option("--verbose", a.verbose, "0 silent, 1 progress bar, 2 one line per epoch (default: 1 on a TTY, else 2)")
       ->check(CLI::Range(-1, 2));
+  c->add_option("--strategy", a.strategy,
+                "Data-parallel training: mirrored (one process, one replica per device of --devices; the global "
+                "batch --batch-size is split across them)")
+      ->check(CLI::IsMember({"mirrored"}));
+  c->add_option("--devices", a.strategy_devices,
+                "The replicas' devices for --strategy, e.g. cpu:0,cpu:1 (default: one logical CPU device per core; "
+                "the CPU is split into as many logical devices as the list needs unless --logical-devices says "
+                "otherwise)");
   add_device_options(c, a.devices);
   return c;
 }
@@ -116,8 +126,39 @@ class EpochCheckpoint : public Callback {
 
 }  // namespace
 
+namespace {
+// --strategy/--devices: the strategy, splitting the CPU into the logical devices it names
+// when nothing split it yet (before the first tensor).
+std::shared_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
+  if (a.strategy.empty()) {
+    if (!a.strategy_devices.empty()) throw InvalidArgumentError("kiln train: --devices needs --strategy");
+    return nullptr;
+  }
+  if (!a.device.empty()) throw InvalidArgumentError("kiln train: --device and --strategy exclude each other (use --devices)");
+  std::string list = a.strategy_devices;
+  if (list.empty())
+    for (int i = 0; i < num_threads(); ++i) list += (i ? ",cpu:" : "cpu:") + std::to_string(i);
+  int cpus = 0;
+  for (size_t b = 0; b <= list.size();) {
+    size_t e = list.find(',', b);
+    if (e == std::string::npos) e = list.size();
+    const std::string item = list.substr(b, e - b);
+    if (!item.empty()) {
+      const Device d = parse_device(item);  // InvalidArgumentError
+      if (d.type == DeviceType::kCPU) cpus = std::max(cpus, d.index + 1);
+    }
+    b = e + 1;
+  }
+  if (cpus > 1 && config::get_logical_device_configuration(Device::cpu()).empty())
+    config::set_logical_device_configuration(Device::cpu(),
+                                             std::vector<config::LogicalDeviceConfig>(static_cast<size_t>(cpus)));
+  return distribute::MirroredStrategy::create(list);
+}
+}  // namespace
+
 int run_train(const TrainArgs& a) {
   apply_device_options(a.devices);  // before the first tensor
+  const std::shared_ptr<distribute::Strategy> strategy = make_strategy(a);
   set_seed(a.seed);
   // Either tensors from the IDX files or Datasets over TFRecord shards.
   Tensor x, y, tx, ty;
@@ -147,7 +188,13 @@ int run_train(const TrainArgs& a) {
                     {"accuracy"}};
   co.run_eagerly = a.run_eagerly;
   co.device = a.device;
+  co.strategy = strategy;
   model->compile(co);
+  if (verbose > 0 && strategy) {
+    std::cout << "Strategy: " << strategy->name() << ", " << strategy->num_replicas_in_sync() << " replicas (";
+    for (size_t i = 0; i < strategy->devices().size(); ++i) std::cout << (i ? ", " : "") << strategy->devices()[i].str();
+    std::cout << "), " << a.batch_size / strategy->num_replicas_in_sync() << "+ samples per replica and step\n";
+  }
 
   FitOptions fo;
   fo.epochs = a.epochs;
@@ -179,7 +226,9 @@ int run_train(const TrainArgs& a) {
              {"model", a.model}, {"epochs", std::to_string(a.epochs)}, {"batch_size", std::to_string(a.batch_size)},
              {"learning_rate", std::to_string(a.learning_rate)}, {"optimizer", "adam"}, {"seed", std::to_string(a.seed)},
              {"precision", a.precision}, {"max_samples", std::to_string(a.max_samples)},
-             {"device", a.device.empty() ? "cpu" : a.device}})
+             {"device", a.device.empty() ? "cpu" : a.device},
+             {"strategy", strategy ? strategy->name() : "none"},
+             {"replicas", std::to_string(strategy ? strategy->num_replicas_in_sync() : 1)}})
       run->log_param(k, v);
     run->set_tag("kiln.version", KILN_VERSION_STRING);
     run->set_tag("kiln.command", "kiln train");
@@ -232,6 +281,7 @@ int run_train(const TrainArgs& a) {
     j["batch_size"] = a.batch_size;
     j["threads"] = num_threads();
     j["precision"] = a.precision;
+    j["replicas"] = strategy ? strategy->num_replicas_in_sync() : 1;
     if (auto* lso = dynamic_cast<LossScaleOptimizer*>(model->optimizer().get())) {
       j["loss_scale"] = lso->loss_scale();
       j["skipped_steps"] = lso->skipped_steps();

@@ -33,6 +33,8 @@ struct TrainArgs {
   std::string mlflow_experiment = "Default";
   std::string mlflow_run_name;
   std::string metrics_host = "127.0.0.1";
+  std::string strategy;                // --strategy mirrored: data-parallel over --devices
+  std::string strategy_devices;        // --devices cpu:0,cpu:1 (default: one CPU logical device per core)
 };
 
 // Adds the subcommand and its options (bound to `args`) to `app`.

@@ -11,6 +11,8 @@
 #include <unordered_map>
 
 #include "kiln/autodiff/tape.h"
+#include "kiln/core/parallel.h"
+#include "kiln/distribute/strategy.h"
 #include "kiln/graph/function.h"
 #include "kiln/ops.h"
 #include "train_util.h"
@@ -159,16 +161,36 @@ void Model::compile(CompileOptions opts) {
     device = parse_device(opts.device);  // InvalidArgumentError
     if (device.type != DeviceType::kCPU) backend_for(device);  // NotFoundError: no such device, and why
   }
+  if (!opts.strategy) opts.strategy = distribute::StrategyScope::current();
+  if (opts.strategy) {
+    const Device first = opts.strategy->devices().at(0);
+    if (!opts.device.empty() && device != first)
+      throw InvalidArgumentError("Model::compile: device " + device.str() + " is not the strategy's first device " +
+                                 first.str() + " (a strategy places the model on its devices)");
+    device = first;
+  }
+  // Variables of an earlier strategy go back to one copy before anything moves.
+  if (strategy_) for (const Variable& v : all_variables()) v.mirror({});
   opts_ = std::move(opts);
   compiled_ = true;
   train_fn_.reset();  // a new optimizer or loss: trace again
   predict_fn_.reset();  // a new policy or run_eagerly: likewise
+  replica_grad_fns_.clear();
+  replica_apply_fns_.clear();
+  strategy_ = opts_.strategy;
   device_ = device;
   // Weights, and the optimizer's iterations and slots: a traced step runs on one device.
-  std::vector<Variable> vars = weights();
-  for (const Variable& v : opts_.optimizer->variables()) vars.push_back(v);
-  for (const Variable& v : vars)
+  for (const Variable& v : all_variables())
     if (v.peek().device() != device_) v.assign(v.peek().to(device_));
+}
+
+std::vector<Variable> Model::all_variables() const {
+  std::vector<Variable> vars = weights();
+  if (opts_.optimizer) {
+    for (const Variable& v : opts_.optimizer->variables()) vars.push_back(v);
+    for (const Variable& v : opts_.optimizer->state_variables()) vars.push_back(v);
+  }
+  return vars;
 }
 
 std::vector<Tensor> Model::on_device(const std::vector<Tensor>& ts) const {
@@ -198,32 +220,36 @@ Tensor Model::total_loss(const std::vector<Tensor>& y, const std::vector<Tensor>
   return total;
 }
 
-std::pair<Tensor, std::vector<Tensor>> Model::step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
-                                                   const Tensor& hyper, const Tensor& iteration) {
-  std::vector<Tensor> preds;
-  Tensor loss;
-  std::vector<Variable> vars;
-  std::vector<Tensor> grads;
-  {
-    GradientTape tape;
-    preds = (*this)(x, /*training=*/true);
-    loss = total_loss(y, preds);
-    Tensor objective = loss;
-    for (const Tensor& r : regularization_losses()) objective = objective + r;
-    vars = trainable_weights();
-    grads = tape.gradient(opts_.optimizer->scale_loss(objective), vars);
-  }
-  if (hyper.defined())
-    opts_.optimizer->apply_gradients_traced(grads, vars, hyper, iteration);
-  else
-    opts_.optimizer->apply_gradients(grads, vars);
-  return {loss, preds};
+Model::Gradients Model::gradients(const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
+  Gradients g;
+  GradientTape tape;
+  g.preds = (*this)(x, /*training=*/true);
+  g.loss = total_loss(y, g.preds);
+  Tensor objective = g.loss;
+  for (const Tensor& r : regularization_losses()) objective = objective + r;
+  g.vars = trainable_weights();
+  g.grads = tape.gradient(opts_.optimizer->scale_loss(objective), g.vars);
+  return g;
 }
 
-int Model::num_train_traces() const { return train_fn_ ? train_fn_->num_traces() : 0; }
+std::pair<Tensor, std::vector<Tensor>> Model::step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                                                   const Tensor& hyper, const Tensor& iteration) {
+  Gradients g = gradients(x, y);
+  if (hyper.defined())
+    opts_.optimizer->apply_gradients_traced(g.grads, g.vars, hyper, iteration);
+  else
+    opts_.optimizer->apply_gradients(g.grads, g.vars);
+  return {g.loss, g.preds};
+}
+
+int Model::num_train_traces() const {
+  if (!replica_grad_fns_.empty()) return replica_grad_fns_[0] ? replica_grad_fns_[0]->num_traces() : 0;
+  return train_fn_ ? train_fn_->num_traces() : 0;
+}
 
 Logs Model::train_step(const std::vector<Tensor>& x_in, const std::vector<Tensor>& y_in) {
   require_compiled(*this, compiled_, "training");
+  if (strategy_) return distributed_train_step(x_in, y_in);
   DeviceScope scope(device_);
   const std::vector<Tensor> x = on_device(x_in), y = on_device(y_in);
   Tensor loss;
@@ -375,6 +401,11 @@ History Model::fit(const data::Dataset& train, FitOptions opts) {
 History Model::fit_loop(const NextBatchFn& next_batch, int64_t steps, const std::function<Logs()>& validate,
                         const FitOptions& opts) {
   using clock = std::chrono::steady_clock;
+  // Under a strategy the replica threads do the work: this thread's own parallel
+  // regions (batch gathers) would leave pool workers spinning on the replicas' cores
+  // after each one, so it runs them on itself alone.
+  std::optional<ThreadLimitScope> one_thread;
+  if (strategy_) one_thread.emplace(1);
   auto history = std::make_shared<HistoryRecorder>();
   std::vector<CallbackPtr> cbs;
   cbs.push_back(history);
@@ -636,6 +667,7 @@ void Model::load_state(const CheckpointData& data) {
       if (data.find(optimizer_state_key(v))) want(optimizer_state_key(v), v);
   }
   for (auto& [v, t] : plan) v.assign(t.clone());
+  if (strategy_) strategy_->mirror(all_variables());  // every replica's copy from the checkpoint
   auto meta = [&](const char* key) -> int64_t {
     auto it = data.metadata.find(key);
     return it == data.metadata.end() ? 0 : std::stoll(it->second);

@@ -12,11 +12,19 @@
 // tapes record it and gradients reach the variable in its own dtype. Layers open the
 // scope around call() when their dtype policy computes in a narrower type.
 //
-// Thread-safety: none; a Variable is updated by one training loop at a time.
+// Mirrored variables (kiln/distribute/strategy.h): a variable may hold one copy per
+// replica of a distribution strategy, each on its replica's device. value(), peek(),
+// assign() and value_is_exclusive() then act on the copy of the current thread's
+// replica (ReplicaScope); copy 0 (the variable's value before it was mirrored) outside
+// any replica scope, so checkpoints, exports and single-device code see copy 0.
+//
+// Thread-safety: none, except that the replica threads of a strategy may use their own
+// copies of one mirrored variable at the same time.
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kiln/core/tensor.h"
 
@@ -49,11 +57,25 @@ class Variable {
   uintptr_t uid() const { return reinterpret_cast<uintptr_t>(state_.get()); }
   bool is_same(const Variable& o) const { return state_ == o.state_; }
 
+  // Gives the variable one copy per device: copy 0 (moved to devices[0] if it is
+  // elsewhere) and copies r >= 1 of it on devices[r], replacing any earlier copies (so
+  // mirroring again makes every copy equal to copy 0 again). An empty list: back to one
+  // copy.
+  void mirror(const std::vector<Device>& devices) const;
+  // 1 unless mirrored.
+  int num_replicas() const;
+  // Copy r (no observer, no tape); r < num_replicas().
+  const Tensor& replica_value(int r) const;
+  // Replaces copy r (same shape and dtype; not observed).
+  void assign_replica(int r, const Tensor& v) const;
+
  private:
   struct State {
-    Tensor value;
+    Tensor value;                  // copy 0
+    std::vector<Tensor> replicas;  // copies 1..N-1 when mirrored
     std::string name;
     bool trainable = true;
+    Tensor& current();
   };
   std::shared_ptr<State> state_;
 };
@@ -68,6 +90,20 @@ class VariableObserver {
 };
 // Installs an observer for the current thread; returns the previous one.
 VariableObserver* set_variable_observer(VariableObserver* observer);
+
+// The replica the current thread runs (a strategy's replica threads open one): mirrored
+// variables read and write that copy. Scopes nest; 0 outside any.
+class ReplicaScope {
+ public:
+  explicit ReplicaScope(int replica);
+  ~ReplicaScope();
+  ReplicaScope(const ReplicaScope&) = delete;
+  ReplicaScope& operator=(const ReplicaScope&) = delete;
+  static int current();
+
+ private:
+  int previous_;
+};
 
 // Sets the autocast dtype of the current thread for its lifetime (nested scopes
 // restore the outer one); std::nullopt turns autocasting off inside the scope.

@@ -10,9 +10,28 @@
 
 namespace kiln {
 
+// The threads the calling thread's parallel regions use: the pool size, or less under a
+// ThreadLimitScope.
 int num_threads();
 // Sets the pool size for subsequent parallel regions (>= 1).
 void set_num_threads(int n);
+
+// Caps the calling thread's parallel regions (kiln's loops and oneDNN's, which read the
+// thread's OpenMP thread count) at `n` threads (>= 1) for the scope's lifetime. For a
+// thread that shares the cores with others doing the same work, e.g. the replica threads
+// of a distribution strategy: N replicas of 1 thread each instead of N x the pool.
+// Scopes nest (the inner one wins until it ends); a cap above the pool size changes
+// nothing.
+class ThreadLimitScope {
+ public:
+  explicit ThreadLimitScope(int n);
+  ~ThreadLimitScope();
+  ThreadLimitScope(const ThreadLimitScope&) = delete;
+  ThreadLimitScope& operator=(const ThreadLimitScope&) = delete;
+
+ private:
+  int previous_;
+};
 
 // Runs fn(begin, end) over [0, n) split into contiguous ranges of at least `grain`
 // iterations, on the intra-op pool. Runs inline when n <= grain or when called from

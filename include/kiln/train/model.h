@@ -49,6 +49,9 @@
 namespace kiln {
 class Function;
 }
+namespace kiln::distribute {
+class Strategy;
+}
 
 namespace kiln::train {
 
@@ -70,6 +73,12 @@ struct CompileOptions {
   // there; predict() returns host tensors. An unknown or absent device is an error of
   // compile() (NotFoundError saying why, e.g. no GPU).
   std::string device = "";
+  // Data-parallel training (kiln/distribute/strategy.h); null: the strategy of the
+  // StrategyScope open on this thread, if any. fit() and train_step() then split each
+  // batch across the strategy's replicas (one device each; `device` must be empty or
+  // the first replica's), all-reduce the gradients and update every replica's copy of
+  // the variables alike. evaluate() and predict() run on the first replica's device.
+  std::shared_ptr<distribute::Strategy> strategy = nullptr;
 };
 
 struct FitOptions {
@@ -205,6 +214,17 @@ class Model : public Layer {
   // (Optimizer::apply_gradients_traced) when they are given.
   std::pair<Tensor, std::vector<Tensor>> step(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
                                               const Tensor& hyper = {}, const Tensor& iteration = {});
+  // The loss, predictions and gradients of the trainable weights (one GradientTape).
+  struct Gradients {
+    Tensor loss;
+    std::vector<Tensor> preds, grads;
+    std::vector<Variable> vars;
+  };
+  Gradients gradients(const std::vector<Tensor>& x, const std::vector<Tensor>& y);
+  // train_step under CompileOptions::strategy (src/train/model_distributed.cc).
+  Logs distributed_train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y);
+  // Every variable of the model and its optimizer (mirrored under a strategy).
+  std::vector<Variable> all_variables() const;
 
   std::vector<SymbolicTensor> inputs_, outputs_;
   std::vector<std::shared_ptr<SymbolicTensor::Node>> order_;  // non-input nodes, topological
@@ -217,6 +237,9 @@ class Model : public Layer {
   std::shared_ptr<kiln::Function> train_fn_;    // the traced step (made after one eager step)
   std::shared_ptr<kiln::Function> predict_fn_;  // the traced inference forward (likewise)
   int64_t traced_steps_ = 0;
+  std::shared_ptr<distribute::Strategy> strategy_;  // CompileOptions::strategy
+  // Under a strategy, per replica: the traced forward + gradients, and the traced update.
+  std::vector<std::shared_ptr<kiln::Function>> replica_grad_fns_, replica_apply_fns_;
 };
 using ModelPtr = std::shared_ptr<Model>;
 

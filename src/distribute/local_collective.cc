@@ -1,0 +1,137 @@
+#include "distribute/local_collective.h"
+
+#include <cstring>
+
+#include "kiln/core/error.h"
+
+namespace kiln::distribute {
+
+LocalCollective::LocalCollective(int replicas) : n_(replicas), inputs_(static_cast<size_t>(replicas)),
+                                                 weights_(static_cast<size_t>(replicas)) {
+  if (replicas < 1) throw InvalidArgumentError("LocalCollective: needs at least one replica");
+}
+
+void LocalCollective::throw_if_aborted() const {
+  if (aborted_) throw CancelledError(reason_);
+}
+
+namespace {
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
+template <class F>
+void LocalCollective::arrive(F&& last) {
+  std::unique_lock<std::mutex> lock(mu_);
+  throw_if_aborted();
+  const uint64_t generation = generation_.load();
+  if (++arrived_ == n_) {
+    arrived_ = 0;
+    std::string error = last();
+    if (!error.empty()) {
+      aborted_ = true;
+      reason_ = error;
+    }
+    generation_.store(generation + 1);
+    cv_.notify_all();
+    if (!error.empty()) throw InvalidArgumentError(error);
+    return;
+  }
+  // The replicas of a step arrive within microseconds of each other: spin a little
+  // (a futex sleep and wake-up costs tens of microseconds a barrier), then sleep.
+  lock.unlock();
+  for (int i = 0; i < 20000 && generation_.load(std::memory_order_acquire) == generation && !aborted_.load(); ++i)
+    cpu_relax();
+  lock.lock();
+  cv_.wait(lock, [&] { return generation_.load() != generation || aborted_.load(); });
+  throw_if_aborted();
+}
+
+void LocalCollective::barrier() {
+  arrive([] { return std::string(); });
+}
+
+void LocalCollective::abort(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) return;
+  aborted_ = true;
+  reason_ = reason;
+  cv_.notify_all();
+}
+
+void LocalCollective::reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  aborted_ = false;
+  reason_.clear();
+  arrived_ = 0;
+  results_.clear();
+  for (auto*& p : inputs_) p = nullptr;
+}
+
+namespace {
+// Slice r of n of tensor k: the weighted sum into replica 0's result, copied to the others'.
+template <typename T>
+void reduce_slice(const std::vector<std::vector<Tensor>*>& inputs, const std::vector<double>& weights, size_t k,
+                  std::vector<std::vector<Tensor>>& results, int r, int n) {
+  const int64_t len = results[0][k].numel(), lo = len * r / n, hi = len * (r + 1) / n;
+  T* dst = results[0][k].data<T>();
+  for (size_t q = 0; q < inputs.size(); ++q) {
+    const T* src = (*inputs[q])[k].data<T>();
+    const T w = static_cast<T>(weights[q]);
+    if (q == 0) {
+      for (int64_t i = lo; i < hi; ++i) dst[i] = w * src[i];
+    } else {
+      for (int64_t i = lo; i < hi; ++i) dst[i] += w * src[i];
+    }
+  }
+  for (size_t q = 1; q < results.size(); ++q)
+    if (hi > lo) std::memcpy(results[q][k].data<T>() + lo, dst + lo, static_cast<size_t>(hi - lo) * sizeof(T));
+}
+}  // namespace
+
+void LocalCollective::all_reduce(int r, std::vector<Tensor>& tensors, double weight) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inputs_[static_cast<size_t>(r)] = &tensors;
+    weights_[static_cast<size_t>(r)] = weight;
+  }
+  // Everyone has posted: check that the calls match, make the results.
+  arrive([&]() -> std::string {
+    const std::vector<Tensor>& first = *inputs_[0];
+    for (int q = 0; q < n_; ++q) {
+      const std::vector<Tensor>& ts = *inputs_[static_cast<size_t>(q)];
+      if (ts.size() != first.size())
+        return detail::str_cat("all_reduce: replica ", q, " gave ", ts.size(), " tensors, replica 0 gave ",
+                               first.size());
+      for (size_t k = 0; k < ts.size(); ++k) {
+        const Tensor& t = ts[k];
+        if (!t.defined()) return detail::str_cat("all_reduce: replica ", q, "'s tensor ", k, " is undefined");
+        if (t.dtype() != DType::kF32 && t.dtype() != DType::kF64)
+          return detail::str_cat("all_reduce: replica ", q, "'s tensor ", k, " is ", t.desc(),
+                                 "; all_reduce takes f32 and f64");
+        if (t.device().type != DeviceType::kCPU)
+          return detail::str_cat("all_reduce: replica ", q, "'s tensor ", k, " is ", t.desc(),
+                                 "; collectives in one process add in host memory (CPU devices)");
+        if (t.shape() != first[k].shape() || t.dtype() != first[k].dtype())
+          return detail::str_cat("all_reduce: replica ", q, "'s tensor ", k, " is ", t.desc(), ", replica 0's is ",
+                                 first[k].desc());
+      }
+    }
+    results_.assign(static_cast<size_t>(n_), {});
+    for (int q = 0; q < n_; ++q)
+      for (const Tensor& t : *inputs_[static_cast<size_t>(q)])
+        results_[static_cast<size_t>(q)].push_back(Tensor::empty(t.shape(), t.dtype(), t.device()));
+    return {};
+  });
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    if (tensors[k].dtype() == DType::kF32) reduce_slice<float>(inputs_, weights_, k, results_, r, n_);
+    else reduce_slice<double>(inputs_, weights_, k, results_, r, n_);
+  }
+  barrier();  // every slice written; no one reads the inputs any more
+  tensors = results_[static_cast<size_t>(r)];
+}
+
+}  // namespace kiln::distribute

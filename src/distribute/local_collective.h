@@ -1,0 +1,55 @@
+#pragma once
+// Collectives among the replica threads of one process (a strategy's LocalCollective):
+// a reusable barrier that can be aborted, and an all-reduce over host memory. Every
+// replica calls the same sequence of operations; one that fails calls abort(), which
+// wakes the others with CancelledError instead of leaving them waiting forever.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln::distribute {
+
+class LocalCollective {
+ public:
+  explicit LocalCollective(int replicas);
+
+  int replicas() const { return n_; }
+  // Returns when all replicas have called it (CancelledError once aborted).
+  void barrier();
+  // Replica r's part of an all-reduce: `tensors` become sum over replicas of
+  // weight_q * tensors_q, added in replica order. Each replica adds a slice of every
+  // tensor and writes it to every replica's result (on that replica's device), so no
+  // replica copies the whole result afterwards.
+  void all_reduce(int r, std::vector<Tensor>& tensors, double weight);
+  // Every current and later wait throws CancelledError(reason) until reset().
+  void abort(const std::string& reason);
+  // Ready for the next run (after every replica has returned).
+  void reset();
+
+ private:
+  // The barrier; `last` runs under the lock by the last thread to arrive, before the
+  // others wake (and may abort with an error message).
+  template <class F>
+  void arrive(F&& last);
+  void throw_if_aborted() const;
+
+  const int n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  // Advanced by the last arrival (under mu_); waiters spin on it briefly before sleeping.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> aborted_{false};
+  std::string reason_;
+  // The all-reduce in progress: every replica's tensors and weight, and the result.
+  std::vector<std::vector<Tensor>*> inputs_;
+  std::vector<double> weights_;
+  std::vector<std::vector<Tensor>> results_;  // per replica, on its tensors' devices
+};
+
+}  // namespace kiln::distribute

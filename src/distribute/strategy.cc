@@ -1,0 +1,239 @@
+#include "kiln/distribute/strategy.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "distribute/local_collective.h"
+#include "kiln/core/parallel.h"
+
+namespace kiln::distribute {
+
+// ---- replica threads ---------------------------------------------------------------
+
+// N threads that live as long as the strategy, each waiting for the next run().
+class Strategy::Threads {
+ public:
+  Threads(int n, LocalCollective* collective) : collective_(collective), errors_(static_cast<size_t>(n)) {
+    // The replicas share the pool's cores (fixed at the strategy's creation).
+    const int cap = std::max(1, num_threads() / n);
+    for (int r = 0; r < n; ++r) threads_.emplace_back([this, r, cap] { loop(r, cap); });
+  }
+  ~Threads() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  // Runs job(r) on every thread; returns the first replica's error (others' CancelledErrors
+  // only when no replica failed otherwise).
+  void run(const std::function<void(int)>& job) {
+    std::unique_lock<std::mutex> lock(mu_);
+    job_ = &job;
+    pending_ = static_cast<int>(threads_.size());
+    for (auto& e : errors_) e = nullptr;
+    ++round_;
+    wake_.notify_all();
+    done_.wait(lock, [&] { return pending_ == 0; });
+    job_ = nullptr;
+    lock.unlock();
+    collective_->reset();
+    std::exception_ptr first_cancelled;
+    for (const std::exception_ptr& e : errors_) {
+      if (!e) continue;
+      try {
+        std::rethrow_exception(e);
+      } catch (const CancelledError&) {
+        if (!first_cancelled) first_cancelled = e;
+      } catch (...) {
+        std::rethrow_exception(e);
+      }
+    }
+    if (first_cancelled) std::rethrow_exception(first_cancelled);
+  }
+
+ private:
+  void loop(int r, int cap) {
+    ReplicaScope replica(r);
+    ThreadLimitScope limit(cap);
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int)>* job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [&] { return stop_ || round_ != seen; });
+        if (stop_) return;
+        seen = round_;
+        job = job_;
+      }
+      try {
+        (*job)(r);
+      } catch (...) {
+        errors_[static_cast<size_t>(r)] = std::current_exception();
+        std::string what = "replica " + std::to_string(r) + " failed";
+        try {
+          throw;
+        } catch (const std::exception& e) {
+          what += ": " + std::string(e.what());
+        } catch (...) {
+        }
+        collective_->abort(what);  // the others stop waiting for this one
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+
+  LocalCollective* collective_;
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int)>* job_ = nullptr;
+  uint64_t round_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::vector<std::exception_ptr> errors_;
+  std::vector<std::thread> threads_;
+};
+
+// ---- ReplicaContext -----------------------------------------------------------------
+
+void ReplicaContext::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, double weight) {
+  if (op == ReduceOp::kMean) weight /= num_replicas_;
+  collective_->all_reduce(replica_, tensors, weight);
+}
+
+void ReplicaContext::barrier() { collective_->barrier(); }
+
+// ---- Strategy -----------------------------------------------------------------------
+
+Strategy::Strategy(std::vector<Device> devices)
+    : devices_(std::move(devices)),
+      collective_(std::make_unique<LocalCollective>(static_cast<int>(devices_.size()))),
+      threads_(std::make_unique<Threads>(static_cast<int>(devices_.size()), collective_.get())) {}
+
+Strategy::~Strategy() = default;
+
+void Strategy::run(const std::function<void(ReplicaContext&)>& fn) {
+  const int n = num_replicas_in_sync();
+  threads_->run([&](int r) {
+    ReplicaContext ctx(r, n, devices_[static_cast<size_t>(r)], collective_.get());
+    fn(ctx);
+  });
+}
+
+Tensor Strategy::reduce(ReduceOp op, const std::vector<Tensor>& per_replica) const {
+  if (static_cast<int>(per_replica.size()) != num_replicas_in_sync())
+    throw InvalidArgumentError(detail::str_cat("Strategy::reduce: ", per_replica.size(), " values for ",
+                                               num_replicas_in_sync(), " replicas"));
+  Tensor acc;
+  for (size_t r = 0; r < per_replica.size(); ++r) {
+    const Tensor& v = per_replica[r];
+    if (!v.defined()) throw InvalidArgumentError(detail::str_cat("Strategy::reduce: replica ", r, "'s value is undefined"));
+    if (r > 0 && (v.shape() != per_replica[0].shape() || v.dtype() != per_replica[0].dtype()))
+      throw InvalidArgumentError(detail::str_cat("Strategy::reduce: replica ", r, "'s value is ", v.desc(),
+                                                 ", replica 0's is ", per_replica[0].desc()));
+    const Tensor h = v.to(DType::kF64).to(Device::cpu());
+    if (!acc.defined()) {
+      acc = h.clone();
+      continue;
+    }
+    double* a = acc.data<double>();
+    const double* b = h.data<double>();
+    for (int64_t i = 0; i < acc.numel(); ++i) a[i] += b[i];
+  }
+  if (op == ReduceOp::kMean) {
+    double* a = acc.data<double>();
+    for (int64_t i = 0; i < acc.numel(); ++i) a[i] /= static_cast<double>(per_replica.size());
+  }
+  return acc.to(per_replica[0].dtype());
+}
+
+void Strategy::mirror(const std::vector<Variable>& vars) const {
+  for (const Variable& v : vars) v.mirror(devices_);
+}
+
+std::vector<int64_t> Strategy::shard_rows(int64_t rows) const {
+  const int64_t n = num_replicas_in_sync();
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) out[static_cast<size_t>(r)] = rows / n + (r < rows % n ? 1 : 0);
+  return out;
+}
+
+namespace {
+size_t byte_offset(const Tensor& t) {
+  return static_cast<size_t>(static_cast<const char*>(t.raw_data()) - static_cast<const char*>(t.storage()->data()));
+}
+}  // namespace
+
+std::vector<std::vector<Tensor>> Strategy::split_batch(const std::vector<Tensor>& batch) const {
+  if (batch.empty()) throw InvalidArgumentError("Strategy::split_batch: an empty batch");
+  for (const Tensor& t : batch)
+    if (!t.defined() || t.rank() < 1 || t.dim(0) != batch[0].dim(0))
+      throw InvalidArgumentError("Strategy::split_batch: every tensor of a batch needs the same rows (dim 0); got " +
+                                 (t.defined() ? t.desc() : std::string("an undefined tensor")) + " beside " +
+                                 batch[0].desc());
+  const std::vector<int64_t> rows = shard_rows(batch[0].dim(0));
+  std::vector<std::vector<Tensor>> shards(rows.size());
+  int64_t lo = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (const Tensor& t : batch) {
+      // Rows are contiguous: a view of them, copied to the replica's device (shared when it is t's).
+      std::vector<int64_t> dims = t.shape().vec();
+      const size_t row_bytes = dims[0] > 0 ? t.nbytes() / static_cast<size_t>(dims[0]) : 0;
+      dims[0] = rows[r];
+      const Tensor view(t.storage(), static_cast<size_t>(lo) * row_bytes + byte_offset(t), Shape(dims), t.dtype());
+      shards[r].push_back(view.to(devices_[r]));
+    }
+    lo += rows[r];
+  }
+  return shards;
+}
+
+// ---- MirroredStrategy ---------------------------------------------------------------
+
+std::shared_ptr<MirroredStrategy> MirroredStrategy::create(std::vector<Device> devices) {
+  if (devices.empty()) devices.push_back(Device::cpu());
+  std::set<std::string> seen;
+  for (const Device& d : devices) {
+    if (!seen.insert(d.str()).second)
+      throw InvalidArgumentError("MirroredStrategy: device " + d.str() + " is listed twice");
+    if (d.type != DeviceType::kCPU)
+      throw UnimplementedError("MirroredStrategy: " + d.str() +
+                               ": replicas on GPUs (NCCL collectives) are not built yet; use CPU logical devices");
+    backend_for(d);  // NotFoundError: no such device, and why
+  }
+  return std::shared_ptr<MirroredStrategy>(new MirroredStrategy(std::move(devices)));
+}
+
+std::shared_ptr<MirroredStrategy> MirroredStrategy::create(const std::string& devices) {
+  std::vector<Device> list;
+  std::stringstream ss(devices);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) throw InvalidArgumentError("MirroredStrategy: an empty device name in '" + devices + "'");
+    list.push_back(parse_device(item));
+  }
+  if (list.empty()) throw InvalidArgumentError("MirroredStrategy: no devices in '" + devices + "'");
+  return create(std::move(list));
+}
+
+// ---- StrategyScope ------------------------------------------------------------------
+
+namespace {
+thread_local StrategyPtr t_strategy;
+}  // namespace
+
+StrategyScope::StrategyScope(StrategyPtr strategy) : previous_(std::move(t_strategy)) {
+  t_strategy = std::move(strategy);
+}
+StrategyScope::~StrategyScope() { t_strategy = std::move(previous_); }
+StrategyPtr StrategyScope::current() { return t_strategy; }
+
+}  // namespace kiln::distribute

@@ -1,0 +1,147 @@
+// Model::train_step under a distribution strategy (kiln/distribute/strategy.h).
+//
+// Per step: the batch is split into one shard per replica; on every replica thread at
+// once, forward + backward on its shard (its own traced function after the first
+// step), an all-reduce of the gradients weighted by shard rows (the whole batch's mean
+// gradient), the optimizer update of the replica's copies (its own traced update), and
+// an all-reduce (mean) of the non-trainable float weights the forward changed
+// (BatchNormalization's moving statistics), so the copies stay equal.
+#include <mutex>
+
+#include "kiln/distribute/strategy.h"
+#include "kiln/graph/function.h"
+#include "kiln/ops/creation.h"
+#include "kiln/train/device_scope.h"
+#include "kiln/train/model.h"
+
+namespace kiln::train {
+
+Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
+  distribute::Strategy& strategy = *strategy_;
+  const int n = strategy.num_replicas_in_sync();
+  if (x.empty() || y.empty()) throw InvalidArgumentError("train_step: a batch needs inputs and targets");
+  std::vector<Tensor> batch = x;
+  batch.insert(batch.end(), y.begin(), y.end());
+  std::vector<std::vector<Tensor>> shards = strategy.split_batch(batch);  // InvalidArgumentError: unequal rows
+  const int64_t rows = x[0].dim(0);
+  if (rows == 0) throw InvalidArgumentError("train_step: an empty batch");
+  const std::vector<int64_t> shard_rows = strategy.shard_rows(rows);
+  const size_t nx = x.size();
+
+  if (replica_grad_fns_.empty()) {
+    // Layers and optimizer slots are made once, on this thread (a layer built on the
+    // replica threads would make one set of weights per replica), then mirrored.
+    DeviceScope scope(device_);
+    (*this)(std::vector<Tensor>(shards[0].begin(), shards[0].begin() + static_cast<std::ptrdiff_t>(nx)),
+            /*training=*/false);
+    opts_.optimizer->build(trainable_weights());
+    strategy.mirror(all_variables());
+    replica_grad_fns_.assign(static_cast<size_t>(n), nullptr);
+    replica_apply_fns_.assign(static_cast<size_t>(n), nullptr);
+  }
+  const bool traced = replica_grad_fns_[0] != nullptr;
+  const auto [hyper, step_t] = opts_.optimizer->step_inputs();
+  std::vector<Variable> synced;  // non-trainable float weights: averaged after each step
+  for (const Variable& v : non_trainable_weights())
+    if (v.dtype() == DType::kF32 || v.dtype() == DType::kF64) synced.push_back(v);
+
+  std::vector<Tensor> losses(static_cast<size_t>(n));
+  std::vector<std::vector<Tensor>> preds(static_cast<size_t>(n));
+  // Eager updates and traces run the optimizer's host code, which keeps per-call state:
+  // one replica at a time. Traced updates replay concurrently.
+  std::mutex host_mu;
+  strategy.run([&](distribute::ReplicaContext& ctx) {
+    const int r = ctx.replica_id();
+    const size_t ri = static_cast<size_t>(r);
+    DeviceScope scope(ctx.device());
+    const std::vector<Tensor>& shard = shards[ri];
+    std::vector<Variable> vars = trainable_weights();
+    std::vector<Tensor> grads;
+    if (shard_rows[ri] == 0) {  // fewer rows than replicas: this one adds nothing
+      for (const Variable& v : vars) grads.push_back(Tensor::zeros(v.shape(), v.dtype(), ctx.device()));
+    } else if (traced) {
+      std::vector<Tensor> out = (*replica_grad_fns_[ri])(shard);
+      losses[ri] = out[0];
+      const size_t np = out.size() - 1 - vars.size();
+      preds[ri].assign(out.begin() + 1, out.begin() + 1 + static_cast<std::ptrdiff_t>(np));
+      grads.assign(out.begin() + 1 + static_cast<std::ptrdiff_t>(np), out.end());
+    } else {
+      std::vector<Tensor> xs(shard.begin(), shard.begin() + static_cast<std::ptrdiff_t>(nx));
+      std::vector<Tensor> ys(shard.begin() + static_cast<std::ptrdiff_t>(nx), shard.end());
+      Gradients g = gradients(xs, ys);
+      losses[ri] = g.loss;
+      preds[ri] = g.preds;
+      grads = g.grads;
+      for (size_t i = 0; i < grads.size(); ++i)  // a weight the loss does not reach
+        if (!grads[i].defined()) grads[i] = Tensor::zeros(vars[i].shape(), vars[i].dtype(), ctx.device());
+    }
+    ctx.all_reduce(grads, distribute::ReduceOp::kSum,
+                   static_cast<double>(shard_rows[ri]) / static_cast<double>(rows));
+    if (traced) {
+      std::vector<Tensor> args = grads;
+      args.push_back(hyper.to(ctx.device()));
+      args.push_back(step_t.to(ctx.device()));
+      auto& fn = *replica_apply_fns_[ri];
+      if (fn.num_traces() == 0) {
+        std::lock_guard<std::mutex> lock(host_mu);
+        fn(args);
+      } else {
+        fn(args);
+      }
+    } else {
+      std::lock_guard<std::mutex> lock(host_mu);
+      opts_.optimizer->apply_gradients(grads, vars);
+    }
+    if (!synced.empty()) {
+      std::vector<Tensor> values;
+      for (const Variable& v : synced) values.push_back(v.peek());
+      ctx.all_reduce(values, distribute::ReduceOp::kMean);
+      for (size_t i = 0; i < synced.size(); ++i) synced[i].assign(values[i]);
+    }
+  });
+
+  if (!traced && !opts_.run_eagerly && opts_.optimizer->traceable()) {
+    // Trace from the next step, as train_step does: one pair of functions per replica.
+    const size_t nv = trainable_weights().size();
+    for (int r = 0; r < n; ++r) {
+      FunctionOptions fn_opts;
+      fn_opts.name = name() + "_train_step_replica" + std::to_string(r);
+      replica_grad_fns_[static_cast<size_t>(r)] = std::make_shared<Function>(
+          [this, nx](const std::vector<Tensor>& a) {
+            std::vector<Tensor> xs(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(nx));
+            std::vector<Tensor> ys(a.begin() + static_cast<std::ptrdiff_t>(nx), a.end());
+            Gradients g = gradients(xs, ys);
+            std::vector<Tensor> out{g.loss};
+            out.insert(out.end(), g.preds.begin(), g.preds.end());
+            for (size_t i = 0; i < g.grads.size(); ++i)
+              out.push_back(g.grads[i].defined() ? g.grads[i] : ops::zeros_like(g.vars[i].peek()));
+            return out;
+          },
+          fn_opts);
+      fn_opts.name = name() + "_apply_replica" + std::to_string(r);
+      replica_apply_fns_[static_cast<size_t>(r)] = std::make_shared<Function>(
+          [this, nv](const std::vector<Tensor>& a) {
+            std::vector<Tensor> grads(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(nv));
+            opts_.optimizer->apply_gradients_traced(grads, trainable_weights(), a[nv], a[nv + 1]);
+            return std::vector<Tensor>{};  // the update is the function's variable assignments
+          },
+          fn_opts);
+    }
+  } else if (traced) {
+    ++traced_steps_;
+  }
+
+  Logs logs;
+  double loss = 0;
+  for (int r = 0; r < n; ++r) {
+    const size_t ri = static_cast<size_t>(r);
+    if (shard_rows[ri] == 0) continue;
+    loss += losses[ri].item<double>() * static_cast<double>(shard_rows[ri]) / static_cast<double>(rows);
+    const std::vector<Tensor>& shard = shards[ri];
+    for (auto& m : metrics_) m->update(shard[nx], preds[ri].at(0));
+  }
+  logs["loss"] = loss;
+  return logs;
+}
+
+}  // namespace kiln::train

@@ -1,0 +1,251 @@
+// Model::fit under MirroredStrategy on logical CPU devices against the same model on one
+// device: same seed, same data order, same global batch. The replicas' gradients are
+// all-reduced weighted by shard size, so the two runs differ by float summation order
+// only; the bound is stated per test. Every replica's copies stay bit-identical.
+#include <cmath>
+
+#include "kiln/autodiff/tape.h"
+#include "kiln/core/random.h"
+#include "kiln/distribute/strategy.h"
+#include "kiln/ops.h"
+#include "kiln/train/layers.h"
+#include "kiln/train/model.h"
+#include "test_util.h"
+
+namespace kiln::train {
+namespace {
+
+namespace L = layers;
+using distribute::MirroredStrategy;
+using kiln::testing::rand_tensor;
+
+struct Data {
+  Tensor x, y;
+};
+// Ten classes, labels from a fixed linear map of the features (learnable).
+Data data(int64_t n, const Shape& sample, uint64_t seed) {
+  std::vector<int64_t> dims{n};
+  for (int64_t d : sample.vec()) dims.push_back(d);
+  Tensor x = rand_tensor(Shape(dims), DType::kF32, -1, 1, seed);
+  const int64_t f = x.numel() / n;
+  std::vector<float> xv = x.to_vector<float>();
+  std::vector<int32_t> y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    float best = -1e30f;
+    for (int c = 0; c < 10; ++c) {
+      float s = 0;
+      for (int64_t j = c; j < f; j += 10) s += xv[static_cast<size_t>(i * f + j)];
+      if (s > best) best = s, y[static_cast<size_t>(i)] = c;
+    }
+  }
+  return {x, Tensor::from_vector<int32_t>(y, {n})};
+}
+
+ModelPtr mlp() {
+  set_seed(7);
+  return std::make_shared<Sequential>(std::vector<LayerPtr>{L::Dense(32, "relu"), L::Dense(10)}, Shape{20});
+}
+
+ModelPtr cnn() {
+  set_seed(11);
+  L::Conv2DOptions conv;
+  conv.activation = "relu";
+  return std::make_shared<Sequential>(
+      std::vector<LayerPtr>{L::Conv2D(8, {3, 3}, conv), L::MaxPool2D(), L::Conv2D(8, {3, 3}, conv), L::MaxPool2D(),
+                            L::Flatten(), L::Dense(10)},
+      Shape{14, 14, 1});
+}
+
+// Dense + BatchNorm (moving statistics: non-trainable weights the forward assigns) + Dense.
+ModelPtr bn_model() {
+  set_seed(5);
+  return std::make_shared<Sequential>(
+      std::vector<LayerPtr>{L::Dense(16, "relu"), L::BatchNormalization(), L::Dense(10)}, Shape{20});
+}
+
+void compile(Model& m, std::shared_ptr<distribute::Strategy> s, bool eager = false, OptimizerPtr opt = nullptr) {
+  CompileOptions co{opt ? opt : optimizers::Adam({0.01}), {losses::SparseCategoricalCrossentropy(true)}, {"accuracy"}};
+  co.strategy = std::move(s);
+  co.run_eagerly = eager;
+  m.compile(co);
+}
+
+FitOptions fit_options(int epochs, int64_t batch) {
+  FitOptions fo;
+  fo.epochs = epochs;
+  fo.batch_size = batch;
+  fo.shuffle_seed = 3;
+  fo.verbose = 0;
+  return fo;
+}
+
+// Largest |a - b| over every weight and optimizer slot.
+double max_diff(const Model& a, const Model& b) {
+  std::vector<Variable> va = a.weights(), vb = b.weights();
+  for (const Variable& v : a.optimizer()->variables()) va.push_back(v);
+  for (const Variable& v : b.optimizer()->variables()) vb.push_back(v);
+  EXPECT_EQ(va.size(), vb.size());
+  double d = 0;
+  for (size_t i = 0; i < va.size() && i < vb.size(); ++i) {
+    std::vector<double> x = va[i].peek().to_vector<double>(), y = vb[i].peek().to_vector<double>();
+    for (size_t j = 0; j < x.size(); ++j) d = std::max(d, std::abs(x[j] - y[j]));
+  }
+  return d;
+}
+
+// Every mirrored variable's copies are bit-identical, on their replicas' devices.
+void expect_copies_equal(const Model& m, int replicas) {
+  std::vector<Variable> vars = m.weights();
+  for (const Variable& v : m.optimizer()->variables()) vars.push_back(v);
+  for (const Variable& v : vars) {
+    SCOPED_TRACE(v.name());
+    ASSERT_EQ(v.num_replicas(), replicas);
+    for (int r = 1; r < replicas; ++r) {
+      EXPECT_EQ(v.replica_value(r).device(), (Device{DeviceType::kCPU, r}));
+      EXPECT_TRUE(array_equal(v.replica_value(r).to(Device::cpu()), v.replica_value(0)));
+    }
+  }
+}
+
+TEST(MirroredFit, MlpTwoReplicasEqualsOneDevice) {
+  Data d = data(500, Shape{20}, 1);  // batches of 64: seven full ones and one of 52
+  ModelPtr one = mlp(), two = mlp();
+  compile(*one, nullptr);
+  compile(*two, MirroredStrategy::create("cpu:0,cpu:1"));
+  History h1 = one->fit(d.x, d.y, fit_options(2, 64));
+  History h2 = two->fit(d.x, d.y, fit_options(2, 64));
+  // Bound: 1e-5 absolute after 16 Adam steps at lr 0.01 (float summation order only).
+  EXPECT_LT(max_diff(*one, *two), 1e-5);
+  EXPECT_NEAR(h1.at("loss").back(), h2.at("loss").back(), 1e-5);
+  EXPECT_EQ(h1.at("accuracy").back(), h2.at("accuracy").back());
+  EXPECT_EQ(two->optimizer()->iterations(), 16);
+  // The first step eager, the next traced (each replica: one trace per shard shape).
+  EXPECT_EQ(two->traced_steps(), 15);
+  expect_copies_equal(*two, 2);
+  // evaluate and predict run on replica 0's copies.
+  EXPECT_NEAR(one->evaluate(d.x, d.y).at("loss"), two->evaluate(d.x, d.y).at("loss"), 1e-5);
+  EXPECT_CLOSE(two->predict(d.x), one->predict(d.x), 1e-4, 1e-5);
+}
+
+TEST(MirroredFit, UnevenShardsAndIdleReplicas) {
+  // 3 replicas, batches of 32 over 65 rows: shards 11/11/10, and a last batch of one
+  // row (1/0/0: two replicas add nothing that step).
+  Data d = data(65, Shape{20}, 2);
+  ModelPtr one = mlp(), three = mlp();
+  compile(*one, nullptr);
+  compile(*three, MirroredStrategy::create("cpu:0,cpu:1,cpu:2"));
+  one->fit(d.x, d.y, fit_options(2, 32));
+  three->fit(d.x, d.y, fit_options(2, 32));
+  EXPECT_LT(max_diff(*one, *three), 1e-5);
+  expect_copies_equal(*three, 3);
+}
+
+TEST(MirroredFit, EagerStepsEqualTracedOnes) {
+  Data d = data(256, Shape{20}, 3);
+  auto s = MirroredStrategy::create("cpu:0,cpu:1");
+  ModelPtr eager = mlp(), traced = mlp();
+  compile(*eager, s, /*eager=*/true);
+  compile(*traced, s);
+  eager->fit(d.x, d.y, fit_options(1, 64));
+  traced->fit(d.x, d.y, fit_options(1, 64));
+  EXPECT_EQ(eager->traced_steps(), 0);
+  EXPECT_LT(max_diff(*eager, *traced), 1e-5);
+  expect_copies_equal(*eager, 2);
+}
+
+TEST(MirroredFit, CnnOneEpochEqualsOneDevice) {
+  Data d = data(192, Shape{14, 14, 1}, 4);
+  ModelPtr one = cnn(), two = cnn();
+  compile(*one, nullptr, false, optimizers::SGD({0.05}, 0.9));
+  compile(*two, MirroredStrategy::create("cpu:0,cpu:1"), false, optimizers::SGD({0.05}, 0.9));
+  History h1 = one->fit(d.x, d.y, fit_options(1, 48));
+  History h2 = two->fit(d.x, d.y, fit_options(1, 48));
+  EXPECT_LT(max_diff(*one, *two), 1e-5);
+  EXPECT_EQ(h1.at("accuracy").back(), h2.at("accuracy").back());
+  expect_copies_equal(*two, 2);
+}
+
+TEST(MirroredFit, BatchNormStatisticsStayEqualAcrossReplicas) {
+  Data d = data(128, Shape{20}, 5);
+  ModelPtr m = bn_model();
+  compile(*m, MirroredStrategy::create("cpu:0,cpu:1"));
+  m->fit(d.x, d.y, fit_options(2, 32));
+  expect_copies_equal(*m, 2);
+  // The moving mean moved (the statistics were updated, then averaged).
+  bool moved = false;
+  for (const Variable& v : m->non_trainable_weights())
+    for (double x : v.peek().to_vector<double>()) moved |= x != 0 && x != 1;
+  EXPECT_TRUE(moved);
+}
+
+TEST(MirroredFit, StrategyFromScopeAndCheckpointRestore) {
+  Data d = data(128, Shape{20}, 6);
+  auto s = MirroredStrategy::create("cpu:0,cpu:1");
+  ModelPtr m = mlp();
+  {
+    distribute::StrategyScope scope(s);
+    compile(*m, nullptr);  // picks up the scope's strategy
+  }
+  m->fit(d.x, d.y, fit_options(1, 32));
+  ASSERT_EQ(m->weights()[0].num_replicas(), 2);
+  CheckpointData saved = m->state();
+  m->fit(d.x, d.y, fit_options(1, 32));
+  m->load_state(saved);  // every replica's copy from the checkpoint
+  expect_copies_equal(*m, 2);
+  EXPECT_TRUE(array_equal(m->weights()[0].peek(), *saved.find("model/" + m->named_weights()[0].first)));
+  // A device other than the strategy's first is refused.
+  CompileOptions co{optimizers::SGD(), {losses::SparseCategoricalCrossentropy(true)}};
+  co.strategy = s;
+  co.device = "cpu:1";
+  EXPECT_KILN_ERROR(m->compile(co), kInvalidArgument, "not the strategy's first device");
+  // Compiled again without a strategy: back to one copy.
+  compile(*m, nullptr);
+  EXPECT_EQ(m->weights()[0].num_replicas(), 1);
+}
+
+TEST(MirroredFit, BadBatchesAreTypedErrors) {
+  ModelPtr m = mlp();
+  compile(*m, MirroredStrategy::create("cpu:0,cpu:1"));
+  EXPECT_KILN_ERROR(m->train_step({Tensor::zeros({4, 20})}, {Tensor::zeros({3}, DType::kI32)}), kInvalidArgument,
+                    "same rows");
+  EXPECT_KILN_ERROR(m->train_step({Tensor::zeros({0, 20})}, {Tensor::zeros({0}, DType::kI32)}), kInvalidArgument,
+                    "empty batch");
+  EXPECT_THROW(m->train_step({Tensor::zeros({4, 7})}, {Tensor::zeros({4}, DType::kI32)}), InvalidArgumentError);
+  // Still trains afterwards.
+  Data d = data(64, Shape{20}, 7);
+  EXPECT_NO_THROW(m->fit(d.x, d.y, fit_options(1, 32)));
+  expect_copies_equal(*m, 2);
+}
+
+// A custom training loop (tf.distribute's strategy.run): per-replica gradients,
+// all-reduced, applied by each replica to its own copy.
+TEST(MirroredFit, CustomLoopWithRunAndAllReduce) {
+  auto s = MirroredStrategy::create("cpu:0,cpu:1");
+  Variable w(Tensor::zeros({3}), "w");
+  s->mirror({w});
+  // Least squares towards (1, -2, 3): x rows are unit vectors.
+  Tensor x = Tensor::from_vector<float>({1, 0, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1}, {4, 3});
+  Tensor y = Tensor::from_vector<float>({1, -2, 3, 2}, {4});
+  for (int step = 0; step < 200; ++step) {
+    auto shards = s->split_batch({x, y});
+    std::vector<Tensor> losses(2);
+    s->run([&](distribute::ReplicaContext& ctx) {
+      const auto& sh = shards[static_cast<size_t>(ctx.replica_id())];
+      GradientTape tape;
+      Tensor err = ops::sub(ops::sum(ops::mul(sh[0], w.value()), {1}), sh[1]);
+      Tensor loss = ops::mean(ops::square(err));
+      std::vector<Tensor> g = tape.gradient(loss, {w});
+      ctx.all_reduce(g, distribute::ReduceOp::kMean);
+      w.assign(ops::sub(w.peek(), ops::mul(g[0], ops::scalar(0.2, DType::kF32))));
+      losses[static_cast<size_t>(ctx.replica_id())] = loss;
+    });
+    if (step == 199) {
+      EXPECT_LT(s->reduce(distribute::ReduceOp::kMean, losses).item<double>(), 1e-3);
+    }
+  }
+  EXPECT_CLOSE(w.peek(), Tensor::from_vector<float>({1, -2, 3}, {3}), 0, 0.05);
+  EXPECT_TRUE(array_equal(w.replica_value(1).to(Device::cpu()), w.replica_value(0)));
+}
+
+}  // namespace
+}  // namespace kiln::train

@@ -1,0 +1,226 @@
+// MirroredStrategy on logical CPU devices: replica threads, the in-process all-reduce
+// (values, order, errors), batch splitting, mirrored variables.
+#include <stdexcept>
+
+#include "kiln/autodiff/variable.h"
+#include "kiln/core/device_config.h"
+#include "kiln/distribute/strategy.h"
+#include "test_util.h"
+
+// `stmt` throws `type` with a message containing `substr`.
+#define EXPECT_THROW_MSG(stmt, type, substr)                                                   \
+  do {                                                                                         \
+    try {                                                                                      \
+      stmt;                                                                                    \
+      ADD_FAILURE() << "expected " #type " from: " #stmt;                                      \
+    } catch (const type& e) {                                                                  \
+      EXPECT_NE(std::string(e.what()).find(substr), std::string::npos) << e.what();            \
+    }                                                                                          \
+  } while (0)
+
+namespace kiln::distribute {
+namespace {
+
+// Four logical CPU devices for every test of this binary (before any tensor exists).
+class LogicalCpus : public ::testing::Environment {
+ public:
+  void SetUp() override { config::set_logical_device_configuration(Device::cpu(), std::vector<config::LogicalDeviceConfig>(4)); }
+};
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new LogicalCpus);
+
+Device cpu(int i) { return {DeviceType::kCPU, i}; }
+
+TEST(MirroredStrategy, CreateValidatesDevices) {
+  auto s = MirroredStrategy::create("cpu:0,cpu:1,cpu:2");
+  EXPECT_EQ(s->num_replicas_in_sync(), 3);
+  EXPECT_EQ(s->devices()[2], cpu(2));
+  EXPECT_EQ(s->name(), "mirrored");
+  EXPECT_EQ(MirroredStrategy::create()->num_replicas_in_sync(), 1);
+  EXPECT_THROW_MSG(MirroredStrategy::create("cpu:0,cpu:0"), InvalidArgumentError, "cpu:0 is listed twice");
+  EXPECT_THROW(MirroredStrategy::create("cpu:0,cpu:9"), NotFoundError);
+  EXPECT_THROW_MSG(MirroredStrategy::create("cpu:0,cuda:0"), UnimplementedError, "NCCL");
+  EXPECT_THROW(MirroredStrategy::create("cpu:0,,cpu:1"), InvalidArgumentError);
+  EXPECT_THROW(MirroredStrategy::create("gpu:x"), InvalidArgumentError);
+}
+
+TEST(MirroredStrategy, RunsEveryReplicaOnItsOwnThread) {
+  auto s = MirroredStrategy::create("cpu:0,cpu:1,cpu:2,cpu:3");
+  std::vector<int> seen(4, -1);
+  std::vector<Device> devices(4);
+  s->run([&](ReplicaContext& ctx) {
+    seen[static_cast<size_t>(ctx.replica_id())] = ReplicaScope::current();
+    devices[static_cast<size_t>(ctx.replica_id())] = ctx.device();
+    EXPECT_EQ(ctx.num_replicas(), 4);
+    ctx.barrier();  // deadlocks unless all four run at once
+  });
+  EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(devices[3], cpu(3));
+}
+
+TEST(MirroredStrategy, AllReduceAddsWeightedInReplicaOrder) {
+  auto s = MirroredStrategy::create("cpu:0,cpu:1,cpu:2");
+  const std::vector<double> w = {0.5, 0.25, 2.0};
+  std::vector<std::vector<Tensor>> out(3);
+  s->run([&](ReplicaContext& ctx) {
+    const int r = ctx.replica_id();
+    std::vector<Tensor> ts = {
+        Tensor::from_vector<float>({1.0f * (r + 1), 1e8f, -3.0f * r, 0.1f}, {4}).to(ctx.device()),
+        Tensor::from_vector<double>({r == 1 ? 1e-3 : 7.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {2, 3}).to(ctx.device())};
+    ctx.all_reduce(ts, ReduceOp::kSum, w[static_cast<size_t>(r)]);
+    out[static_cast<size_t>(r)] = ts;
+  });
+  // The reference: the same float operations, replica 0 first.
+  std::vector<float> want(4);
+  for (int i = 0; i < 4; ++i) {
+    float acc = 0;
+    for (int r = 0; r < 3; ++r) {
+      const float v[4] = {1.0f * (r + 1), 1e8f, -3.0f * r, 0.1f};
+      acc = r == 0 ? static_cast<float>(w[0]) * v[i] : acc + static_cast<float>(w[static_cast<size_t>(r)]) * v[i];
+    }
+    want[static_cast<size_t>(i)] = acc;
+  }
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(r);
+    const auto& ts = out[static_cast<size_t>(r)];
+    EXPECT_EQ(ts[0].device(), cpu(r));
+    EXPECT_EQ(ts[0].to_vector<float>(), want);
+    EXPECT_EQ(ts[1].shape(), Shape({2, 3}));
+    EXPECT_DOUBLE_EQ(ts[1].to_vector<double>()[0], 0.5 * 7.0 + 0.25 * 1e-3 + 2.0 * 7.0);
+    EXPECT_DOUBLE_EQ(ts[1].to_vector<double>()[5], 0.5 * 6 + 0.25 * 6 + 2.0 * 6);
+    EXPECT_TRUE(array_equal(ts[0].to(Device::cpu()), out[0][0].to(Device::cpu())));  // bit-identical everywhere
+  }
+  // kMean divides by the replicas.
+  std::vector<double> means(3);
+  s->run([&](ReplicaContext& ctx) {
+    std::vector<Tensor> ts = {Tensor::scalar<double>(3.0 * ctx.replica_id()).to(ctx.device())};
+    ctx.all_reduce(ts, ReduceOp::kMean);
+    means[static_cast<size_t>(ctx.replica_id())] = ts[0].item<double>();
+  });
+  EXPECT_EQ(means, (std::vector<double>{3.0, 3.0, 3.0}));
+}
+
+TEST(MirroredStrategy, MismatchedAllReduceIsAnErrorInEveryReplica) {
+  auto s = MirroredStrategy::create("cpu:0,cpu:1");
+  auto run_with = [&](auto make) {
+    s->run([&](ReplicaContext& ctx) {
+      std::vector<Tensor> ts = make(ctx.replica_id());
+      ctx.all_reduce(ts);
+    });
+  };
+  EXPECT_THROW_MSG(run_with([](int r) { return std::vector<Tensor>{Tensor::zeros({r == 0 ? 2 : 3})}; }),
+                   InvalidArgumentError, "replica 1's tensor 0 is f32[3]");
+  EXPECT_THROW_MSG(run_with([](int r) { return std::vector<Tensor>(static_cast<size_t>(r + 1), Tensor::zeros({2})); }),
+                   InvalidArgumentError, "replica 1 gave 2 tensors, replica 0 gave 1");
+  EXPECT_THROW_MSG(run_with([](int) { return std::vector<Tensor>{Tensor::zeros({2}, DType::kI32)}; }),
+                   InvalidArgumentError, "takes f32 and f64");
+  // The strategy is usable afterwards.
+  double sum = 0;
+  s->run([&](ReplicaContext& ctx) {
+    std::vector<Tensor> ts = {Tensor::scalar<float>(1.0f)};
+    ctx.all_reduce(ts);
+    if (ctx.replica_id() == 0) sum = ts[0].item<double>();
+  });
+  EXPECT_EQ(sum, 2.0);
+}
+
+TEST(MirroredStrategy, AFailingReplicaReleasesTheOthers) {
+  auto s = MirroredStrategy::create("cpu:0,cpu:1,cpu:2");
+  // Replica 2 throws before the collective the others wait in: they are cancelled, and
+  // run() rethrows replica 2's own error.
+  EXPECT_THROW_MSG(s->run([&](ReplicaContext& ctx) {
+    if (ctx.replica_id() == 2) throw std::runtime_error("replica two broke");
+    std::vector<Tensor> ts = {Tensor::zeros({4})};
+    ctx.all_reduce(ts);
+    ADD_FAILURE() << "all_reduce returned without replica 2";
+  }),
+                   std::runtime_error, "replica two broke");
+  // A typed kiln error keeps its type.
+  EXPECT_THROW(s->run([&](ReplicaContext& ctx) {
+    if (ctx.replica_id() == 0) throw NotFoundError("nothing here");
+    ctx.barrier();
+  }),
+               NotFoundError);
+  int ok = 0;
+  s->run([&](ReplicaContext& ctx) {
+    ctx.barrier();
+    if (ctx.replica_id() == 0) ok = 1;
+  });
+  EXPECT_EQ(ok, 1);
+}
+
+TEST(MirroredStrategy, SplitsBatchesByRows) {
+  auto s = MirroredStrategy::create("cpu:0,cpu:1,cpu:2");
+  EXPECT_EQ(s->shard_rows(7), (std::vector<int64_t>{3, 2, 2}));
+  EXPECT_EQ(s->shard_rows(1), (std::vector<int64_t>{1, 0, 0}));
+  Tensor x = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}, {7, 2});
+  Tensor y = Tensor::from_vector<int32_t>({0, 1, 2, 3, 4, 5, 6}, {7});
+  auto shards = s->split_batch({x, y});
+  ASSERT_EQ(shards.size(), 3u);
+  EXPECT_EQ(shards[0][0].to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(shards[1][0].to_vector<float>(), (std::vector<float>{6, 7, 8, 9}));
+  EXPECT_EQ(shards[2][1].to_vector<int32_t>(), (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(shards[2][0].device(), cpu(2));
+  auto tiny = s->split_batch({Tensor::zeros({1, 2})});
+  EXPECT_EQ(tiny[1][0].shape(), Shape({0, 2}));
+  EXPECT_THROW_MSG(s->split_batch({x, Tensor::zeros({6})}), InvalidArgumentError, "same rows");
+  EXPECT_THROW(s->split_batch({}), InvalidArgumentError);
+}
+
+TEST(MirroredStrategy, ReduceOnTheHost) {
+  auto s = MirroredStrategy::create("cpu:0,cpu:1");
+  Tensor a = Tensor::from_vector<float>({1, 2}, {2}), b = Tensor::from_vector<float>({3, 5}, {2}).to(cpu(1));
+  EXPECT_EQ(s->reduce(ReduceOp::kSum, {a, b}).to_vector<float>(), (std::vector<float>{4, 7}));
+  EXPECT_EQ(s->reduce(ReduceOp::kMean, {a, b}).to_vector<float>(), (std::vector<float>{2, 3.5}));
+  EXPECT_THROW(s->reduce(ReduceOp::kSum, {a}), InvalidArgumentError);
+  EXPECT_THROW(s->reduce(ReduceOp::kSum, {a, Tensor::zeros({3})}), InvalidArgumentError);
+}
+
+TEST(MirroredStrategy, MirroredVariablesResolvePerReplica) {
+  auto s = MirroredStrategy::create("cpu:0,cpu:1");
+  Variable v(Tensor::from_vector<float>({1, 2}, {2}), "v");
+  s->mirror({v});
+  EXPECT_EQ(v.num_replicas(), 2);
+  EXPECT_EQ(v.replica_value(1).device(), cpu(1));
+  EXPECT_FALSE(v.replica_value(0).is_same(v.replica_value(1)));
+  s->run([&](ReplicaContext& ctx) {
+    const float r = static_cast<float>(ctx.replica_id());
+    EXPECT_EQ(v.peek().device(), ctx.device());
+    v.assign(Tensor::from_vector<float>({10 + r, 20 + r}, {2}).to(ctx.device()));
+  });
+  EXPECT_EQ(v.peek().to_vector<float>(), (std::vector<float>{10, 20}));  // copy 0 outside a replica
+  EXPECT_EQ(v.replica_value(1).to_vector<float>(), (std::vector<float>{11, 21}));
+  {
+    ReplicaScope r1(1);
+    EXPECT_EQ(v.value().to_vector<float>(), (std::vector<float>{11, 21}));
+    ReplicaScope r3(3);
+    EXPECT_THROW_MSG(v.peek(), FailedPreconditionError, "replica 3 has none");
+  }
+  EXPECT_THROW(v.assign_replica(1, Tensor::zeros({3})), InvalidArgumentError);
+  EXPECT_THROW(v.replica_value(2), OutOfRangeError);
+  s->mirror({v});  // again: every copy from copy 0
+  EXPECT_EQ(v.replica_value(1).to_vector<float>(), (std::vector<float>{10, 20}));
+  v.mirror({});
+  EXPECT_EQ(v.num_replicas(), 1);
+  // An unmirrored variable is the same for every replica.
+  Variable u(Tensor::scalar<float>(5), "u");
+  ReplicaScope r1(1);
+  EXPECT_EQ(u.peek().item<float>(), 5.0f);
+}
+
+TEST(StrategyScope, NestsAndRestores) {
+  EXPECT_EQ(StrategyScope::current(), nullptr);
+  StrategyPtr a = MirroredStrategy::create("cpu:0,cpu:1"), b = MirroredStrategy::create("cpu:2");
+  {
+    StrategyScope sa(a);
+    EXPECT_EQ(StrategyScope::current(), a);
+    {
+      StrategyScope sb(b);
+      EXPECT_EQ(StrategyScope::current(), b);
+    }
+    EXPECT_EQ(StrategyScope::current(), a);
+  }
+  EXPECT_EQ(StrategyScope::current(), nullptr);
+}
+
+}  // namespace
+}  // namespace kiln::distribute
