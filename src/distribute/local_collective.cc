@@ -2,12 +2,13 @@
 
 #include <cstring>
 
+#include "distribute/worker_group.h"
 #include "kiln/core/error.h"
 
 namespace kiln::distribute {
 
-LocalCollective::LocalCollective(int replicas) : n_(replicas), inputs_(static_cast<size_t>(replicas)),
-                                                 weights_(static_cast<size_t>(replicas)) {
+LocalCollective::LocalCollective(int replicas, WorkerGroup* workers)
+    : n_(replicas), workers_(workers), inputs_(static_cast<size_t>(replicas)), weights_(static_cast<size_t>(replicas)) {
   if (replicas < 1) throw InvalidArgumentError("LocalCollective: needs at least one replica");
 }
 
@@ -72,7 +73,19 @@ void LocalCollective::reset() {
 }
 
 namespace {
-// Slice r of n of tensor k: the weighted sum into replica 0's result, copied to the others'.
+// Slice r of n of tensor k of replica 0's result, copied to the other replicas' results.
+void copy_slice(size_t k, std::vector<std::vector<Tensor>>& results, int r, int n) {
+  const Tensor& src = results[0][k];
+  const size_t item = src.itemsize(), len = static_cast<size_t>(src.numel());
+  const size_t lo = len * static_cast<size_t>(r) / static_cast<size_t>(n);
+  const size_t hi = len * static_cast<size_t>(r + 1) / static_cast<size_t>(n);
+  for (size_t q = 1; q < results.size(); ++q)
+    if (hi > lo)
+      std::memcpy(static_cast<char*>(results[q][k].raw_data()) + lo * item,
+                  static_cast<const char*>(src.raw_data()) + lo * item, (hi - lo) * item);
+}
+
+// Slice r of n of tensor k: the weighted sum into replica 0's result.
 template <typename T>
 void reduce_slice(const std::vector<std::vector<Tensor>*>& inputs, const std::vector<double>& weights, size_t k,
                   std::vector<std::vector<Tensor>>& results, int r, int n) {
@@ -87,8 +100,6 @@ void reduce_slice(const std::vector<std::vector<Tensor>*>& inputs, const std::ve
       for (int64_t i = lo; i < hi; ++i) dst[i] += w * src[i];
     }
   }
-  for (size_t q = 1; q < results.size(); ++q)
-    if (hi > lo) std::memcpy(results[q][k].data<T>() + lo, dst + lo, static_cast<size_t>(hi - lo) * sizeof(T));
 }
 }  // namespace
 
@@ -129,8 +140,17 @@ void LocalCollective::all_reduce(int r, std::vector<Tensor>& tensors, double wei
   for (size_t k = 0; k < tensors.size(); ++k) {
     if (tensors[k].dtype() == DType::kF32) reduce_slice<float>(inputs_, weights_, k, results_, r, n_);
     else reduce_slice<double>(inputs_, weights_, k, results_, r, n_);
+    if (!workers_) copy_slice(k, results_, r, n_);
   }
   barrier();  // every slice written; no one reads the inputs any more
+  if (workers_) {
+    // This process's sum, summed across the workers by one thread; then every replica
+    // takes its slice of the result to the others.
+    if (r == 0) workers_->all_reduce_sum(results_[0]);
+    barrier();
+    for (size_t k = 0; k < tensors.size(); ++k) copy_slice(k, results_, r, n_);
+    barrier();
+  }
   tensors = results_[static_cast<size_t>(r)];
 }
 

@@ -14,9 +14,13 @@
 
 namespace kiln::distribute {
 
+class WorkerGroup;
+
 class LocalCollective {
  public:
-  explicit LocalCollective(int replicas);
+  // `workers`: the other processes of a multi-worker job (null: none); all_reduce then
+  // sums across them too (local replica 0 runs the cross-worker collective).
+  LocalCollective(int replicas, WorkerGroup* workers);
 
   int replicas() const { return n_; }
   // Returns when all replicas have called it (CancelledError once aborted).
@@ -39,6 +43,7 @@ class LocalCollective {
   void throw_if_aborted() const;
 
   const int n_;
+  WorkerGroup* workers_;
   std::mutex mu_;
   std::condition_variable cv_;
   int arrived_ = 0;

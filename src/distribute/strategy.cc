@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "distribute/local_collective.h"
+#include "distribute/worker_group.h"
+#include "kiln/distribute/cluster.h"
 #include "kiln/core/parallel.h"
 
 namespace kiln::distribute {
@@ -106,32 +108,46 @@ class Strategy::Threads {
 
 void ReplicaContext::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, double weight) {
   if (op == ReduceOp::kMean) weight /= num_replicas_;
-  collective_->all_reduce(replica_, tensors, weight);
+  collective_->all_reduce(local_, tensors, weight);
 }
 
 void ReplicaContext::barrier() { collective_->barrier(); }
 
 // ---- Strategy -----------------------------------------------------------------------
 
-Strategy::Strategy(std::vector<Device> devices)
+Strategy::Strategy(std::vector<Device> devices, std::unique_ptr<WorkerGroup> workers)
     : devices_(std::move(devices)),
-      collective_(std::make_unique<LocalCollective>(static_cast<int>(devices_.size()))),
+      workers_(std::move(workers)),
+      collective_(std::make_unique<LocalCollective>(static_cast<int>(devices_.size()), workers_.get())),
       threads_(std::make_unique<Threads>(static_cast<int>(devices_.size()), collective_.get())) {}
 
 Strategy::~Strategy() = default;
 
 void Strategy::run(const std::function<void(ReplicaContext&)>& fn) {
-  const int n = num_replicas_in_sync();
+  const int n = num_replicas_in_sync(), first = worker_rank() * num_local_replicas();
   threads_->run([&](int r) {
-    ReplicaContext ctx(r, n, devices_[static_cast<size_t>(r)], collective_.get());
+    ReplicaContext ctx(r, first, n, devices_[static_cast<size_t>(r)], collective_.get());
     fn(ctx);
   });
 }
 
+int Strategy::num_workers() const { return workers_ ? workers_->size() : 1; }
+int Strategy::worker_rank() const { return workers_ ? workers_->rank() : 0; }
+
+void Strategy::check_same_on_workers(const std::string& what, const std::string& value) const {
+  if (!workers_) return;
+  const std::vector<std::string> all = workers_->all_gather(value);
+  for (size_t w = 1; w < all.size(); ++w)
+    if (all[w] != all[0])
+      throw InvalidArgumentError(detail::str_cat("multi-worker: worker ", w, "'s ", what, " differs from the chief's: ",
+                                                 all[w], " vs ", all[0], " (every worker must run the same "
+                                                 "configuration)"));
+}
+
 Tensor Strategy::reduce(ReduceOp op, const std::vector<Tensor>& per_replica) const {
-  if (static_cast<int>(per_replica.size()) != num_replicas_in_sync())
+  if (static_cast<int>(per_replica.size()) != num_local_replicas())
     throw InvalidArgumentError(detail::str_cat("Strategy::reduce: ", per_replica.size(), " values for ",
-                                               num_replicas_in_sync(), " replicas"));
+                                               num_local_replicas(), " local replicas"));
   Tensor acc;
   for (size_t r = 0; r < per_replica.size(); ++r) {
     const Tensor& v = per_replica[r];
@@ -148,21 +164,37 @@ Tensor Strategy::reduce(ReduceOp op, const std::vector<Tensor>& per_replica) con
     const double* b = h.data<double>();
     for (int64_t i = 0; i < acc.numel(); ++i) a[i] += b[i];
   }
+  if (workers_) {
+    std::vector<Tensor> t = {acc};
+    workers_->all_reduce_sum(t);
+  }
   if (op == ReduceOp::kMean) {
     double* a = acc.data<double>();
-    for (int64_t i = 0; i < acc.numel(); ++i) a[i] /= static_cast<double>(per_replica.size());
+    for (int64_t i = 0; i < acc.numel(); ++i) a[i] /= static_cast<double>(num_replicas_in_sync());
   }
   return acc.to(per_replica[0].dtype());
 }
 
 void Strategy::mirror(const std::vector<Variable>& vars) const {
+  if (workers_) {
+    // Every worker starts from the chief's values.
+    std::vector<Tensor> values;
+    for (const Variable& v : vars) values.push_back(v.replica_value(0).to(Device::cpu()).clone());
+    workers_->broadcast(values, 0);
+    for (size_t i = 0; i < vars.size(); ++i) vars[i].assign_replica(0, values[i].to(vars[i].replica_value(0).device()));
+  }
   for (const Variable& v : vars) v.mirror(devices_);
 }
 
+namespace {
+// Rows of global replica g when `rows` are split over n replicas.
+int64_t rows_of(int64_t rows, int64_t n, int64_t g) { return rows / n + (g < rows % n ? 1 : 0); }
+}  // namespace
+
 std::vector<int64_t> Strategy::shard_rows(int64_t rows) const {
-  const int64_t n = num_replicas_in_sync();
-  std::vector<int64_t> out(static_cast<size_t>(n));
-  for (int64_t r = 0; r < n; ++r) out[static_cast<size_t>(r)] = rows / n + (r < rows % n ? 1 : 0);
+  const int64_t n = num_replicas_in_sync(), first = int64_t{worker_rank()} * num_local_replicas();
+  std::vector<int64_t> out(static_cast<size_t>(num_local_replicas()));
+  for (size_t r = 0; r < out.size(); ++r) out[r] = rows_of(rows, n, first + static_cast<int64_t>(r));
   return out;
 }
 
@@ -181,7 +213,9 @@ std::vector<std::vector<Tensor>> Strategy::split_batch(const std::vector<Tensor>
                                  batch[0].desc());
   const std::vector<int64_t> rows = shard_rows(batch[0].dim(0));
   std::vector<std::vector<Tensor>> shards(rows.size());
-  int64_t lo = 0;
+  int64_t lo = 0;  // the rows of the replicas of the workers before this one
+  for (int64_t g = 0; g < int64_t{worker_rank()} * num_local_replicas(); ++g)
+    lo += rows_of(batch[0].dim(0), num_replicas_in_sync(), g);
   for (size_t r = 0; r < rows.size(); ++r) {
     for (const Tensor& t : batch) {
       // Rows are contiguous: a view of them, copied to the replica's device (shared when it is t's).
@@ -198,18 +232,39 @@ std::vector<std::vector<Tensor>> Strategy::split_batch(const std::vector<Tensor>
 
 // ---- MirroredStrategy ---------------------------------------------------------------
 
-std::shared_ptr<MirroredStrategy> MirroredStrategy::create(std::vector<Device> devices) {
+namespace {
+void check_devices(std::vector<Device>& devices) {
   if (devices.empty()) devices.push_back(Device::cpu());
   std::set<std::string> seen;
   for (const Device& d : devices) {
     if (!seen.insert(d.str()).second)
-      throw InvalidArgumentError("MirroredStrategy: device " + d.str() + " is listed twice");
+      throw InvalidArgumentError("strategy: device " + d.str() + " is listed twice");
     if (d.type != DeviceType::kCPU)
-      throw UnimplementedError("MirroredStrategy: " + d.str() +
+      throw UnimplementedError("strategy: " + d.str() +
                                ": replicas on GPUs (NCCL collectives) are not built yet; use CPU logical devices");
     backend_for(d);  // NotFoundError: no such device, and why
   }
-  return std::shared_ptr<MirroredStrategy>(new MirroredStrategy(std::move(devices)));
+}
+}  // namespace
+
+std::shared_ptr<MirroredStrategy> MirroredStrategy::create(std::vector<Device> devices) {
+  check_devices(devices);
+  return std::shared_ptr<MirroredStrategy>(new MirroredStrategy(std::move(devices), nullptr));
+}
+
+std::shared_ptr<MultiWorkerMirroredStrategy> MultiWorkerMirroredStrategy::create(const ClusterSpec& cluster,
+                                                                                 std::vector<Device> devices,
+                                                                                 double timeout_seconds) {
+  check_devices(devices);
+  if (!(timeout_seconds > 0))
+    throw InvalidArgumentError(detail::str_cat("MultiWorkerMirroredStrategy: timeout must be > 0 s, got ",
+                                               timeout_seconds));
+  auto workers = std::make_unique<WorkerGroup>(
+      cluster, std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
+  auto s = std::shared_ptr<MultiWorkerMirroredStrategy>(new MultiWorkerMirroredStrategy(std::move(devices),
+                                                                                       std::move(workers)));
+  s->check_same_on_workers("local replica count", std::to_string(s->num_local_replicas()));
+  return s;
 }
 
 std::shared_ptr<MirroredStrategy> MirroredStrategy::create(const std::string& devices) {

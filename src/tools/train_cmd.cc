@@ -20,6 +20,7 @@
 #include "kiln/core/random.h"
 #include "kiln/core/device_config.h"
 #include "kiln/data/idx.h"
+#include "kiln/distribute/cluster.h"
 #include "kiln/distribute/strategy.h"
 #include "kiln/ops.h"
 #include "kiln/train/layers.h"
@@ -73,9 +74,13 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   c->add_option("--verbose", a.verbose, "0 silent, 1 progress bar, 2 one line per epoch (default: 1 on a TTY, else 2)")
       ->check(CLI::Range(-1, 2));
   c->add_option("--strategy", a.strategy,
-                "Data-parallel training: mirrored (one process, one replica per device of --devices; the global "
-                "batch --batch-size is split across them)")
-      ->check(CLI::IsMember({"mirrored"}));
+                "Data-parallel training: mirrored (one process, one replica per device of --devices) or multi_worker "
+                "(several processes: mpirun, or TF_CONFIG / KILN_WORKERS + KILN_RANK; --devices per process); the "
+                "global batch --batch-size is split across every replica")
+      ->check(CLI::IsMember({"mirrored", "multi_worker"}));
+  c->add_option("--worker-timeout,--worker_timeout", a.worker_timeout,
+                "multi_worker: seconds to wait for the other workers (rendezvous, each collective) before failing")
+      ->check(CLI::PositiveNumber);
   c->add_option("--devices", a.strategy_devices,
                 "The replicas' devices for --strategy, e.g. cpu:0,cpu:1 (default: one logical CPU device per core; "
                 "the CPU is split into as many logical devices as the list needs unless --logical-devices says "
@@ -135,7 +140,9 @@ std::shared_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
     return nullptr;
   }
   if (!a.device.empty()) throw InvalidArgumentError("kiln train: --device and --strategy exclude each other (use --devices)");
+  const bool multi = a.strategy == "multi_worker";
   std::string list = a.strategy_devices;
+  if (list.empty() && multi) list = "cpu:0";  // one replica per process, on all its cores
   if (list.empty())
     for (int i = 0; i < num_threads(); ++i) list += (i ? ",cpu:" : "cpu:") + std::to_string(i);
   int cpus = 0;
@@ -152,7 +159,24 @@ std::shared_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
   if (cpus > 1 && config::get_logical_device_configuration(Device::cpu()).empty())
     config::set_logical_device_configuration(Device::cpu(),
                                              std::vector<config::LogicalDeviceConfig>(static_cast<size_t>(cpus)));
-  return distribute::MirroredStrategy::create(list);
+  if (!multi) return distribute::MirroredStrategy::create(list);
+  const distribute::ClusterSpec cluster = distribute::ClusterSpec::from_environment();
+  if (cluster.source.empty())
+    throw InvalidArgumentError("kiln train --strategy multi_worker: no workers in the environment (run it under "
+                               "mpirun, or set TF_CONFIG, or KILN_WORKERS and KILN_RANK)");
+  if (!a.checkpoint_dir.empty())
+    throw UnimplementedError("kiln train --strategy multi_worker: --checkpoint-dir (backups and resuming every worker) "
+                             "is not built yet");
+  std::vector<Device> devices;
+  for (size_t b = 0; b <= list.size();) {
+    size_t e = list.find(',', b);
+    if (e == std::string::npos) e = list.size();
+    if (e > b) devices.push_back(parse_device(list.substr(b, e - b)));
+    b = e + 1;
+  }
+  std::fprintf(stderr, "kiln train: worker %d of %d (%s), joining the others...\n", cluster.rank, cluster.size,
+               cluster.source.c_str());
+  return distribute::MultiWorkerMirroredStrategy::create(cluster, devices, a.worker_timeout);
 }
 }  // namespace
 
@@ -192,6 +216,8 @@ int run_train(const TrainArgs& a) {
   model->compile(co);
   if (verbose > 0 && strategy) {
     std::cout << "Strategy: " << strategy->name() << ", " << strategy->num_replicas_in_sync() << " replicas (";
+    if (strategy->num_workers() > 1)
+      std::cout << strategy->num_workers() << " workers, this one " << strategy->worker_rank() << ": ";
     for (size_t i = 0; i < strategy->devices().size(); ++i) std::cout << (i ? ", " : "") << strategy->devices()[i].str();
     std::cout << "), " << a.batch_size / strategy->num_replicas_in_sync() << "+ samples per replica and step\n";
   }
@@ -207,7 +233,9 @@ int run_train(const TrainArgs& a) {
         callbacks::BackupAndRestore((std::filesystem::path(a.checkpoint_dir) / "backup").string(), a.backup_freq));
     fo.callbacks.push_back(std::make_shared<EpochCheckpoint>(a.checkpoint_dir));
   }
-  if (!a.logdir.empty()) fo.callbacks.push_back(callbacks::TensorBoard(a.logdir));
+  // Under a multi-worker strategy only the chief writes logs, exports and lineage.
+  const bool chief = !strategy || strategy->is_chief();
+  if (!a.logdir.empty() && chief) fo.callbacks.push_back(callbacks::TensorBoard(a.logdir));
   // Prometheus metrics while it trains: progress, process, allocators, devices.
   Metrics metrics;
   std::unique_ptr<MetricsEndpoint> endpoint;
@@ -220,7 +248,7 @@ int run_train(const TrainArgs& a) {
   // Lineage: the run in MLflow's file store.
   std::shared_ptr<MlflowRun> run;
   const std::string mlflow_uri = !a.mlflow_tracking_uri.empty() ? a.mlflow_tracking_uri : flags().mlflow_tracking_uri;
-  if (!mlflow_uri.empty()) {
+  if (!mlflow_uri.empty() && chief) {
     run = MlflowRun::start({mlflow_uri, a.mlflow_experiment, a.mlflow_run_name.empty() ? a.model : a.mlflow_run_name});
     for (const auto& [k, v] : std::map<std::string, std::string>{
              {"model", a.model}, {"epochs", std::to_string(a.epochs)}, {"batch_size", std::to_string(a.batch_size)},
@@ -301,7 +329,7 @@ int run_train(const TrainArgs& a) {
     std::string s = j.dump(2) + "\n";
     write_file_atomic(a.metrics_json, s);
   }
-  if (!a.export_dir.empty()) {
+  if (!a.export_dir.empty() && chief) {
     ModelExportOptions eo;
     eo.softmax_outputs = true;  // the built-in models output logits; serve probabilities
     eo.classify_signature = true;

@@ -35,6 +35,7 @@ struct TrainArgs {
   std::string metrics_host = "127.0.0.1";
   std::string strategy;                // --strategy mirrored: data-parallel over --devices
   std::string strategy_devices;        // --devices cpu:0,cpu:1 (default: one CPU logical device per core)
+  double worker_timeout = 60;          // --worker-timeout: seconds to wait for the other workers
 };
 
 // Adds the subcommand and its options (bound to `args`) to `app`.

@@ -18,7 +18,7 @@ namespace kiln::train {
 
 Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
   distribute::Strategy& strategy = *strategy_;
-  const int n = strategy.num_replicas_in_sync();
+  const int n = strategy.num_local_replicas();
   if (x.empty() || y.empty()) throw InvalidArgumentError("train_step: a batch needs inputs and targets");
   std::vector<Tensor> batch = x;
   batch.insert(batch.end(), y.begin(), y.end());
@@ -35,6 +35,15 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
     (*this)(std::vector<Tensor>(shards[0].begin(), shards[0].begin() + static_cast<std::ptrdiff_t>(nx)),
             /*training=*/false);
     opts_.optimizer->build(trainable_weights());
+    // Every worker must train the same model on the same batches.
+    std::string config = detail::str_cat("batch of ", rows, " rows;");
+    for (const Tensor& t : batch) {  // per-sample shapes and dtypes
+      config += " " + std::string(dtype_name(t.dtype())) + "[";
+      for (int d = 1; d < t.rank(); ++d) config += std::to_string(t.dim(d)) + (d + 1 < t.rank() ? "," : "");
+      config += "]";
+    }
+    for (const auto& [name, v] : named_weights()) config += " " + name + ":" + v.peek().desc();
+    strategy.check_same_on_workers("model and batch", config);
     strategy.mirror(all_variables());
     replica_grad_fns_.assign(static_cast<size_t>(n), nullptr);
     replica_apply_fns_.assign(static_cast<size_t>(n), nullptr);
@@ -51,17 +60,18 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
   // one replica at a time. Traced updates replay concurrently.
   std::mutex host_mu;
   strategy.run([&](distribute::ReplicaContext& ctx) {
-    const int r = ctx.replica_id();
-    const size_t ri = static_cast<size_t>(r);
+    const size_t ri = static_cast<size_t>(ctx.local_replica_id());
     DeviceScope scope(ctx.device());
     const std::vector<Tensor>& shard = shards[ri];
     std::vector<Variable> vars = trainable_weights();
     std::vector<Tensor> grads;
+    Tensor loss;
     if (shard_rows[ri] == 0) {  // fewer rows than replicas: this one adds nothing
       for (const Variable& v : vars) grads.push_back(Tensor::zeros(v.shape(), v.dtype(), ctx.device()));
+      loss = Tensor::zeros({}, DType::kF32, ctx.device());
     } else if (traced) {
       std::vector<Tensor> out = (*replica_grad_fns_[ri])(shard);
-      losses[ri] = out[0];
+      loss = out[0];
       const size_t np = out.size() - 1 - vars.size();
       preds[ri].assign(out.begin() + 1, out.begin() + 1 + static_cast<std::ptrdiff_t>(np));
       grads.assign(out.begin() + 1 + static_cast<std::ptrdiff_t>(np), out.end());
@@ -69,14 +79,18 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
       std::vector<Tensor> xs(shard.begin(), shard.begin() + static_cast<std::ptrdiff_t>(nx));
       std::vector<Tensor> ys(shard.begin() + static_cast<std::ptrdiff_t>(nx), shard.end());
       Gradients g = gradients(xs, ys);
-      losses[ri] = g.loss;
+      loss = g.loss;
       preds[ri] = g.preds;
       grads = g.grads;
       for (size_t i = 0; i < grads.size(); ++i)  // a weight the loss does not reach
         if (!grads[i].defined()) grads[i] = Tensor::zeros(vars[i].shape(), vars[i].dtype(), ctx.device());
     }
+    // The loss rides along: the batch's mean loss over every replica of the job.
+    grads.push_back(loss.dtype() == DType::kF64 ? loss : loss.to(DType::kF32));
     ctx.all_reduce(grads, distribute::ReduceOp::kSum,
                    static_cast<double>(shard_rows[ri]) / static_cast<double>(rows));
+    losses[ri] = grads.back();
+    grads.pop_back();
     if (traced) {
       std::vector<Tensor> args = grads;
       args.push_back(hyper.to(ctx.device()));
@@ -131,16 +145,12 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
     ++traced_steps_;
   }
 
+  // Metrics see this process's shards (across workers they are not aggregated yet).
   Logs logs;
-  double loss = 0;
-  for (int r = 0; r < n; ++r) {
-    const size_t ri = static_cast<size_t>(r);
-    if (shard_rows[ri] == 0) continue;
-    loss += losses[ri].item<double>() * static_cast<double>(shard_rows[ri]) / static_cast<double>(rows);
-    const std::vector<Tensor>& shard = shards[ri];
-    for (auto& m : metrics_) m->update(shard[nx], preds[ri].at(0));
-  }
-  logs["loss"] = loss;
+  for (size_t ri = 0; ri < static_cast<size_t>(n); ++ri)
+    if (shard_rows[ri] > 0)
+      for (auto& m : metrics_) m->update(shards[ri][nx], preds[ri].at(0));
+  logs["loss"] = losses[0].item<double>();
   return logs;
 }
 

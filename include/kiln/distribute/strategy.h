@@ -25,8 +25,17 @@
 // (KILN_CPU_LOGICAL_DEVICES or config::set_logical_device_configuration; docs/devices.md).
 //
 // Collectives across the replicas of one process add in host memory (CPU devices). GPU
-// replicas (NCCL) and several processes (MultiWorkerMirroredStrategy) are not built yet:
-// create() refuses devices other than CPUs with UnimplementedError.
+// replicas (NCCL) are not built yet: create() refuses devices other than CPUs with
+// UnimplementedError.
+//
+// MultiWorkerMirroredStrategy: N processes (workers, kiln/distribute/cluster.h), each
+// with its local replicas; replica r of worker w is replica w x local + r of the job.
+// Every worker passes the same global batch (same data, same shuffle seed) and takes its
+// replicas' shards of it; gradients are reduced in the process first, then summed across
+// the workers over Gloo (worker_group.h), so every replica of every worker applies the
+// same update. Variables start from the chief's (worker 0's) values, broadcast when they
+// are mirrored. A worker that dies or hangs makes the others fail with UnavailableError
+// within the timeout instead of waiting forever.
 //
 // Errors: when one replica throws, the collectives the others wait in end with
 // CancelledError and run() rethrows the first replica's error once all have stopped;
@@ -44,27 +53,34 @@ namespace kiln::distribute {
 enum class ReduceOp { kSum, kMean };
 
 class LocalCollective;
+class WorkerGroup;
+struct ClusterSpec;
 
 // What a replica's function sees inside Strategy::run.
 class ReplicaContext {
  public:
-  int replica_id() const { return replica_; }
+  // The replica's index in the job (worker rank x local replicas + local index), as
+  // tf.distribute's replica_id_in_sync_group, and among all replicas of the job.
+  int replica_id() const { return first_ + local_; }
   int num_replicas() const { return num_replicas_; }
+  // Its index among this process's replicas (indexes per-replica arrays of run()'s caller).
+  int local_replica_id() const { return local_; }
   const Device& device() const { return device_; }
   // Every replica calls it with the same number of tensors, of the same shapes and
   // float dtypes (f32, f64), in the same order; each tensor is replaced by the
   // reduction over the replicas (a new tensor on the same device): sum of
   // weight_r * t_r (kSum), or that divided by the number of replicas (kMean). Mismatched
-  // calls are an InvalidArgumentError in every replica.
+  // calls are an InvalidArgumentError in every replica. Across workers the sum takes
+  // every replica of the job.
   void all_reduce(std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::kSum, double weight = 1.0);
-  // Returns when every replica has called it.
+  // Returns when every replica of this process has called it.
   void barrier();
 
  private:
   friend class Strategy;
-  ReplicaContext(int replica, int n, Device device, LocalCollective* collective)
-      : replica_(replica), num_replicas_(n), device_(device), collective_(collective) {}
-  int replica_, num_replicas_;
+  ReplicaContext(int local, int first, int n, Device device, LocalCollective* collective)
+      : local_(local), first_(first), num_replicas_(n), device_(device), collective_(collective) {}
+  int local_, first_, num_replicas_;
   Device device_;
   LocalCollective* collective_;
 };
@@ -76,32 +92,45 @@ class Strategy {
   Strategy& operator=(const Strategy&) = delete;
   virtual std::string name() const = 0;
 
-  int num_replicas_in_sync() const { return static_cast<int>(devices_.size()); }
-  // Replica r's device.
+  // Replicas in the whole job (every worker's).
+  int num_replicas_in_sync() const { return num_local_replicas() * num_workers(); }
+  // This process's replicas, and local replica r's device.
+  int num_local_replicas() const { return static_cast<int>(devices_.size()); }
   const std::vector<Device>& devices() const { return devices_; }
+  // Workers (processes) of the job and this one's rank (0: the chief); 1 and 0 in one process.
+  int num_workers() const;
+  int worker_rank() const;
+  bool is_chief() const { return worker_rank() == 0; }
+  // Throws InvalidArgumentError on every worker unless every worker passes the same
+  // `value` (a configuration: model, batch, dtypes), naming `what` and the first worker
+  // that differs from the chief.
+  void check_same_on_workers(const std::string& what, const std::string& value) const;
 
   // Runs fn on every replica at once (see the top of this file) and returns when all
   // have finished; rethrows the first error of a replica.
   void run(const std::function<void(ReplicaContext&)>& fn);
-  // The reduction of per-replica values (one per replica, same shape, any device): on
-  // the host, in replica order. kMean divides by the number of replicas.
+  // The reduction of per-replica values (one per local replica, same shape, any
+  // device; across workers too): on the host, in replica order. kMean divides by
+  // num_replicas_in_sync().
   Tensor reduce(ReduceOp op, const std::vector<Tensor>& per_replica) const;
-  // Gives every variable one copy per replica device, each equal to copy 0 (Variable::mirror).
+  // Gives every variable one copy per local replica device, each equal to copy 0
+  // (Variable::mirror); with several workers, copy 0 first becomes the chief's value.
   void mirror(const std::vector<Variable>& vars) const;
-  // Splits the rows (dim 0) of every tensor of a batch into one shard per replica (see
-  // the top of this file); the tensors must agree on their row count
-  // (InvalidArgumentError). shards[r][i] is tensor i's rows for replica r, on replica r's
-  // device (rows 0 x ... when the replica gets none).
+  // Splits the rows (dim 0) of every tensor of a global batch into one shard per replica
+  // of the job (see the top of this file) and returns this process's: shards[r][i] is
+  // tensor i's rows for local replica r, on its device (rows 0 x ... when it gets none).
+  // The tensors must agree on their row count (InvalidArgumentError).
   std::vector<std::vector<Tensor>> split_batch(const std::vector<Tensor>& batch) const;
-  // The row count of each replica's shard of a batch of `rows`.
+  // The row count of each local replica's shard of a global batch of `rows`.
   std::vector<int64_t> shard_rows(int64_t rows) const;
 
  protected:
-  explicit Strategy(std::vector<Device> devices);
+  Strategy(std::vector<Device> devices, std::unique_ptr<WorkerGroup> workers);
 
  private:
   class Threads;
   std::vector<Device> devices_;
+  std::unique_ptr<WorkerGroup> workers_;  // null in one process
   std::unique_ptr<LocalCollective> collective_;
   std::unique_ptr<Threads> threads_;
 };
@@ -115,6 +144,20 @@ class MirroredStrategy final : public Strategy {
   // From a comma-separated list ("cpu:0,cpu:1").
   static std::shared_ptr<MirroredStrategy> create(const std::string& devices);
   std::string name() const override { return "mirrored"; }
+
+ private:
+  using Strategy::Strategy;
+};
+
+class MultiWorkerMirroredStrategy final : public Strategy {
+ public:
+  // Connects this worker to the others of `cluster` (all workers call it; it returns
+  // when every one has joined, or throws DeadlineExceededError / UnavailableError after
+  // `timeout`); `devices`: this worker's replicas, as MirroredStrategy's.
+  static std::shared_ptr<MultiWorkerMirroredStrategy> create(const ClusterSpec& cluster,
+                                                             std::vector<Device> devices = {},
+                                                             double timeout_seconds = 60);
+  std::string name() const override { return "multi_worker_mirrored"; }
 
  private:
   using Strategy::Strategy;

@@ -1,0 +1,161 @@
+#include "distribute/worker_group.h"
+
+#include <sys/stat.h>
+
+#include <cstring>
+#include <filesystem>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "distribute/tcp_store.h"
+#include "kiln/core/error.h"
+
+namespace kiln::distribute {
+
+WorkerGroup::WorkerGroup(const ClusterSpec& cluster, std::chrono::milliseconds timeout)
+    : rank_(cluster.rank), size_(cluster.size), timeout_(timeout) {
+  if (cluster.size < 1 || cluster.rank < 0 || cluster.rank >= cluster.size)
+    throw InvalidArgumentError(detail::str_cat("WorkerGroup: rank ", cluster.rank, " of ", cluster.size));
+  if (!cluster.coordinator.empty()) {
+    store_ = std::make_unique<TcpStore>(cluster.coordinator, cluster.rank == 0, timeout);
+  } else if (!cluster.store_dir.empty()) {
+    ::mkdir(cluster.store_dir.c_str(), 0700);  // every worker tries; one wins
+    store_ = std::make_unique<gloo::rendezvous::FileStore>(cluster.store_dir);
+  } else if (cluster.size > 1) {
+    throw InvalidArgumentError("WorkerGroup: no coordinator and no store directory for " +
+                               std::to_string(cluster.size) + " workers");
+  }
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = cluster.host.empty() ? "127.0.0.1" : cluster.host;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+    context->setTimeout(timeout);
+    if (size_ > 1) context->connectFullMesh(*store_, device);
+    context_ = std::move(context);
+  } catch (const gloo::Exception& e) {
+    throw UnavailableError(detail::str_cat("worker ", rank_, " of ", size_, ": cannot connect the workers (",
+                                           cluster.source, "): ", e.what()));
+  }
+  // Connected: the rendezvous is over (its port and files are not needed any more).
+  barrier();
+  store_.reset();
+  if (rank_ == 0 && !cluster.store_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(cluster.store_dir, ec);
+  }
+}
+
+WorkerGroup::~WorkerGroup() = default;
+
+template <class F>
+void WorkerGroup::guarded(const char* what, F&& op) {
+  if (size_ == 1) return;
+  try {
+    op(tag_++);
+  } catch (const gloo::Exception& e) {
+    // Gloo's message names the peer's address; say what kiln was doing and what it means.
+    throw UnavailableError(detail::str_cat("worker ", rank_, " of ", size_, ": ", what, " failed within ",
+                                           timeout_.count() / 1000.0, " s: another worker died, hangs or lost the "
+                                           "network (", e.what(), ")"));
+  }
+}
+
+void WorkerGroup::all_reduce_sum(std::vector<Tensor>& tensors) {
+  // One flat buffer per dtype: one collective per step, not one per tensor.
+  for (DType dt : {DType::kF32, DType::kF64}) {
+    int64_t total = 0;
+    for (const Tensor& t : tensors)
+      if (t.dtype() == dt) total += t.numel();
+    if (total == 0) continue;
+    const size_t item = dtype_size(dt);
+    std::vector<char> flat(static_cast<size_t>(total) * item);
+    size_t off = 0;
+    for (const Tensor& t : tensors)
+      if (t.dtype() == dt) {
+        std::memcpy(flat.data() + off, t.raw_data(), t.nbytes());
+        off += t.nbytes();
+      }
+    guarded("all_reduce", [&](uint32_t tag) {
+      gloo::AllreduceOptions opts(context_);
+      opts.setTag(tag);
+      opts.setTimeout(timeout_);
+      if (dt == DType::kF32) {
+        opts.setOutput(reinterpret_cast<float*>(flat.data()), static_cast<size_t>(total));
+        opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+      } else {
+        opts.setOutput(reinterpret_cast<double*>(flat.data()), static_cast<size_t>(total));
+        opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<double>));
+      }
+      gloo::allreduce(opts);
+    });
+    off = 0;
+    for (Tensor& t : tensors)
+      if (t.dtype() == dt) {
+        std::memcpy(t.raw_data(), flat.data() + off, t.nbytes());
+        off += t.nbytes();
+      }
+  }
+}
+
+void WorkerGroup::broadcast(std::vector<Tensor>& tensors, int root) {
+  for (Tensor& t : tensors) {
+    if (t.nbytes() == 0) continue;
+    guarded("broadcast", [&](uint32_t tag) {
+      gloo::BroadcastOptions opts(context_);
+      opts.setTag(tag);
+      opts.setTimeout(timeout_);
+      opts.setRoot(root);
+      opts.setOutput(static_cast<char*>(t.raw_data()), t.nbytes());
+      gloo::broadcast(opts);
+    });
+  }
+}
+
+std::vector<std::string> WorkerGroup::all_gather(const std::string& value) {
+  if (size_ == 1) return {value};
+  std::vector<uint64_t> lens(static_cast<size_t>(size_));
+  uint64_t mine = value.size();
+  guarded("all_gather", [&](uint32_t tag) {
+    gloo::AllgatherOptions opts(context_);
+    opts.setTag(tag);
+    opts.setTimeout(timeout_);
+    opts.setInput(&mine, 1);
+    opts.setOutput(lens.data(), lens.size());
+    gloo::allgather(opts);
+  });
+  uint64_t longest = 1;
+  for (uint64_t l : lens) longest = std::max(longest, l);
+  std::vector<char> in(longest, '\0'), out(longest * static_cast<size_t>(size_));
+  std::memcpy(in.data(), value.data(), value.size());
+  guarded("all_gather", [&](uint32_t tag) {
+    gloo::AllgatherOptions opts(context_);
+    opts.setTag(tag);
+    opts.setTimeout(timeout_);
+    opts.setInput(in.data(), in.size());
+    opts.setOutput(out.data(), out.size());
+    gloo::allgather(opts);
+  });
+  std::vector<std::string> all;
+  for (int r = 0; r < size_; ++r)
+    all.emplace_back(out.data() + static_cast<size_t>(r) * longest, lens[static_cast<size_t>(r)]);
+  return all;
+}
+
+void WorkerGroup::barrier() {
+  guarded("barrier", [&](uint32_t tag) {
+    gloo::BarrierOptions opts(context_);
+    opts.setTag(tag);
+    opts.setTimeout(timeout_);
+    gloo::barrier(opts);
+  });
+}
+
+}  // namespace kiln::distribute

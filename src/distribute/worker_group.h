@@ -1,0 +1,49 @@
+#pragma once
+// The processes of a multi-worker job, connected by Gloo (Debian's libgloo, the library
+// PyTorch's CPU collectives use): full-mesh TCP pairs made at construction through the
+// rendezvous store (TcpStore on the coordinator, or Gloo's FileStore for mpirun on one
+// host). Collectives run on host memory; each has the group's timeout, after which it
+// fails with UnavailableError naming the operation and the cause (a worker that died or
+// hangs), never a hang.
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+#include "kiln/distribute/cluster.h"
+
+namespace gloo {
+class Context;
+namespace rendezvous {
+class Store;
+}
+}  // namespace gloo
+
+namespace kiln::distribute {
+
+class WorkerGroup {
+ public:
+  WorkerGroup(const ClusterSpec& cluster, std::chrono::milliseconds timeout);
+  ~WorkerGroup();
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // In place: every worker's tensors (host, f32 or f64, the same shapes everywhere)
+  // become their sum over the workers.
+  void all_reduce_sum(std::vector<Tensor>& tensors);
+  // In place: every worker's tensors become worker `root`'s.
+  void broadcast(std::vector<Tensor>& tensors, int root);
+  // The bytes of `value` from every worker, in rank order (configuration checks).
+  std::vector<std::string> all_gather(const std::string& value);
+  void barrier();
+
+ private:
+  template <class F>
+  void guarded(const char* what, F&& op);
+  int rank_, size_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<gloo::rendezvous::Store> store_;
+  std::shared_ptr<gloo::Context> context_;
+  uint32_t tag_ = 0;
+};
+
+}  // namespace kiln::distribute

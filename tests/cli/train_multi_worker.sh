@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# `kiln train --strategy multi_worker`: two processes on loopback reach the same losses as
+# one process (the global batch split across the workers), launched with KILN_WORKERS,
+# TF_CONFIG and mpirun; a worker killed with SIGKILL, stopped, absent or configured
+# differently makes the others fail with a clear error within --worker-timeout.
+set -euo pipefail
+kiln="$1"
+d=$(mktemp -d)
+pids=()
+trap 'kill -9 "${pids[@]}" 2>/dev/null || true; rm -rf "$d"' EXIT
+export KILN_NUM_THREADS=1  # two workers on the machine's cores
+common=(train --model mlp --epochs 2 --max-samples 4000 --verbose 0)
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+compare() {  # compare NAME: the chief's metrics against one process
+  python3 - "$d/one.json" "$d/w0.json" "$1" <<'PY'
+import json, sys
+one, chief = (json.load(open(p)) for p in sys.argv[1:3])
+assert chief["replicas"] == 2, chief["replicas"]
+for k in ("train_loss", "test_loss", "test_accuracy"):
+    if abs(one[k] - chief[k]) > 1e-4:
+        sys.exit(f"{sys.argv[3]}: {k} one process {one[k]} vs two workers {chief[k]}")
+print(f"{sys.argv[3]}: test_loss one process {one['test_loss']:.6f}, two workers {chief['test_loss']:.6f}")
+PY
+}
+"$kiln" "${common[@]}" --metrics-json "$d/one.json"
+
+# KILN_WORKERS + KILN_RANK
+p=$(port)
+KILN_WORKERS=127.0.0.1:$p,127.0.0.1:$p KILN_RANK=1 "$kiln" "${common[@]}" --strategy multi_worker --metrics-json "$d/w1.json" &
+pids+=($!)
+KILN_WORKERS=127.0.0.1:$p,127.0.0.1:$p KILN_RANK=0 "$kiln" "${common[@]}" --strategy multi_worker --metrics-json "$d/w0.json"
+wait "${pids[-1]}"
+compare KILN_WORKERS
+
+# TF_CONFIG
+p=$(port)
+tf() { echo "{\"cluster\": {\"worker\": [\"127.0.0.1:$p\", \"127.0.0.1:$p\"]}, \"task\": {\"type\": \"worker\", \"index\": $1}}"; }
+TF_CONFIG=$(tf 1) "$kiln" "${common[@]}" --strategy multi_worker &
+pids+=($!)
+TF_CONFIG=$(tf 0) "$kiln" "${common[@]}" --strategy multi_worker --metrics-json "$d/w0.json"
+wait "${pids[-1]}"
+compare TF_CONFIG
+
+# mpirun (OpenMPI sets the ranks; the workers meet through files of the job)
+mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_NUM_THREADS \
+  sh -c 'exec "$0" "$@" --metrics-json "$1.$OMPI_COMM_WORLD_RANK"' "$kiln" "${common[@]}" --strategy multi_worker \
+  2>&1 | grep -v "^kiln train: worker" || true
+# (sh -c's $1 is "train": the files are train.0 and train.1 in the working directory)
+mv train.0 "$d/w0.json" && rm -f train.1
+compare mpirun
+
+# Failures: each survivor exits 1 with the cause, within the timeout (10 s here).
+fails() {  # fails PATTERN SECONDS: the last command's stderr ($d/err) and time
+  if ! grep -q -- "$1" "$d/err" || [ "$2" -gt 20 ]; then echo "expected '$1' within 20 s, got after $2 s:"; cat "$d/err"; exit 1; fi
+  echo "ok: $(grep -o -- "$1.*" "$d/err" | head -c 160) ($2 s)"
+}
+long=(train --model mlp --epochs 100 --verbose 0 --strategy multi_worker --worker-timeout 10)
+for how in KILL STOP; do
+  p=$(port)
+  KILN_WORKERS=127.0.0.1:$p,127.0.0.1:$p KILN_RANK=1 "$kiln" "${long[@]}" 2>/dev/null &
+  victim=$!; pids+=($victim)
+  (sleep 3; kill -$how $victim) &
+  t0=$(date +%s)
+  set +e; KILN_WORKERS=127.0.0.1:$p,127.0.0.1:$p KILN_RANK=0 "$kiln" "${long[@]}" 2>"$d/err"; rc=$?; set -e
+  [ $rc -eq 1 ] || { echo "SIG$how: worker 0 rc=$rc"; cat "$d/err"; exit 1; }
+  fails "another worker died, hangs or lost the network" $(( $(date +%s) - t0 - 3 ))
+  kill -9 $victim 2>/dev/null || true
+done
+p=$(port)
+t0=$(date +%s)
+set +e; KILN_WORKERS=127.0.0.1:$p,127.0.0.1:$p KILN_RANK=0 "$kiln" "${long[@]}" --worker-timeout 3 2>"$d/err"; set -e
+fails "worker 1 did not reach the rendezvous" $(( $(date +%s) - t0 ))
+# Different configurations: both workers refuse to train.
+p=$(port)
+KILN_WORKERS=127.0.0.1:$p,127.0.0.1:$p KILN_RANK=1 "$kiln" "${common[@]}" --strategy multi_worker --batch-size 64 2>"$d/err1" &
+pids+=($!)
+set +e; KILN_WORKERS=127.0.0.1:$p,127.0.0.1:$p KILN_RANK=0 "$kiln" "${common[@]}" --strategy multi_worker 2>"$d/err"; rc=$?; set -e
+[ $rc -eq 1 ] || { echo "mismatch: worker 0 rc=$rc"; exit 1; }
+set +e; wait "${pids[-1]}"; rc1=$?; set -e
+[ $rc1 -eq 1 ] || { echo "mismatch: worker 1 rc=$rc1"; cat "$d/err1"; exit 1; }
+fails "worker 1's model and batch differs from the chief's: batch of 64 rows" 0
+set +e; "$kiln" "${common[@]}" --strategy multi_worker 2>"$d/err"; set -e
+fails "no workers in the environment" 0
+echo "train_multi_worker: ok"
