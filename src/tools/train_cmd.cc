@@ -164,9 +164,6 @@ std::shared_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
   if (cluster.source.empty())
     throw InvalidArgumentError("kiln train --strategy multi_worker: no workers in the environment (run it under "
                                "mpirun, or set TF_CONFIG, or KILN_WORKERS and KILN_RANK)");
-  if (!a.checkpoint_dir.empty())
-    throw UnimplementedError("kiln train --strategy multi_worker: --checkpoint-dir (backups and resuming every worker) "
-                             "is not built yet");
   std::vector<Device> devices;
   for (size_t b = 0; b <= list.size();) {
     size_t e = list.find(',', b);
@@ -227,14 +224,15 @@ int run_train(const TrainArgs& a) {
   fo.batch_size = a.batch_size;
   fo.shuffle_seed = a.seed;
   fo.verbose = verbose;
+  // Under a multi-worker strategy only the chief writes checkpoints, logs, exports and
+  // lineage; every worker restores from the chief's backups (a directory they share).
+  const bool chief = !strategy || strategy->is_chief();
   if (!a.checkpoint_dir.empty()) {
     std::filesystem::create_directories(a.checkpoint_dir);
     fo.callbacks.push_back(
         callbacks::BackupAndRestore((std::filesystem::path(a.checkpoint_dir) / "backup").string(), a.backup_freq));
-    fo.callbacks.push_back(std::make_shared<EpochCheckpoint>(a.checkpoint_dir));
+    if (chief) fo.callbacks.push_back(std::make_shared<EpochCheckpoint>(a.checkpoint_dir));
   }
-  // Under a multi-worker strategy only the chief writes logs, exports and lineage.
-  const bool chief = !strategy || strategy->is_chief();
   if (!a.logdir.empty() && chief) fo.callbacks.push_back(callbacks::TensorBoard(a.logdir));
   // Prometheus metrics while it trains: progress, process, allocators, devices.
   Metrics metrics;

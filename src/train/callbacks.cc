@@ -1,5 +1,7 @@
 #include "kiln/train/callbacks.h"
 
+#include "kiln/distribute/strategy.h"
+
 #include <unistd.h>
 
 #include <chrono>
@@ -204,12 +206,15 @@ class BackupAndRestoreCb : public Callback {
   }
   void on_epoch_end(int, Logs&) override { save(); }
   void on_train_end(Logs&) override {
-    if (!delete_ || model()->stop_training) return;
+    if (!delete_ || model()->stop_training || !writer()) return;
     for (const std::string& p : manager_.checkpoints()) fs::remove(p);
   }
 
  private:
+  // Under a multi-worker strategy the chief alone writes (the others read the same directory).
+  bool writer() const { return !model()->strategy() || model()->strategy()->is_chief(); }
   void save() {
+    if (!writer()) return;
     int64_t step = model()->optimizer() ? model()->optimizer()->iterations() : global_step_;
     manager_.save(model()->state(), step);
   }

@@ -36,7 +36,8 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
             /*training=*/false);
     opts_.optimizer->build(trainable_weights());
     // Every worker must train the same model on the same batches.
-    std::string config = detail::str_cat("batch of ", rows, " rows;");
+    std::string config = detail::str_cat("batch of ", rows, " rows at epoch ", epoch_counter, " step ", step_in_epoch,
+                                         " (iteration ", opts_.optimizer->iterations(), ");");
     for (const Tensor& t : batch) {  // per-sample shapes and dtypes
       config += " " + std::string(dtype_name(t.dtype())) + "[";
       for (int d = 1; d < t.rank(); ++d) config += std::to_string(t.dim(d)) + (d + 1 < t.rank() ? "," : "");

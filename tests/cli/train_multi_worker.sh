@@ -81,4 +81,41 @@ set +e; wait "${pids[-1]}"; rc1=$?; set -e
 fails "worker 1's model and batch differs from the chief's: batch of 64 rows" 0
 set +e; "$kiln" "${common[@]}" --strategy multi_worker 2>"$d/err"; set -e
 fails "no workers in the environment" 0
+
+# Kill one worker mid-epoch (SIGKILL): the other stops; the same launch again resumes both
+# from the chief's last backup and ends where an uninterrupted run ends.
+ft=(train --model mlp --epochs 2 --max-samples 12000 --batch-size 32 --verbose 0 --backup-freq 25 --strategy multi_worker
+    --worker-timeout 20)
+launch() {  # launch TAG: both workers; worker 1 in the background ($w1), worker 0 too ($w0)
+  p=$(port)
+  KILN_WORKERS=127.0.0.1:$p,127.0.0.1:$p KILN_RANK=1 "$kiln" "${ft[@]}" "$@" 2>"$d/w1.err" & w1=$!; pids+=($w1)
+  KILN_WORKERS=127.0.0.1:$p,127.0.0.1:$p KILN_RANK=0 "$kiln" "${ft[@]}" "$@" --metrics-json "$d/w0.json" \
+    2>"$d/w0.err" & w0=$!; pids+=($w0)
+}
+launch
+wait $w0 && wait $w1 || { echo "uninterrupted run failed"; cat "$d/w0.err" "$d/w1.err"; exit 1; }
+mv "$d/w0.json" "$d/ref.json"
+launch --checkpoint-dir "$d/ckpt"
+for _ in $(seq 1 3000); do  # until a few backups exist (375 batches an epoch, a backup every 25)
+  steps=$(ls "$d/ckpt/backup" 2>/dev/null | sed -n 's/backup-\([0-9]*\).ckpt/\1/p' | sort -n | tail -n 1 || true)
+  [ "${steps:-0}" -ge 100 ] && break
+  kill -0 $w0 2>/dev/null || break
+  sleep 0.01
+done
+kill -9 $w1
+set +e; wait $w0; rc=$?; set -e
+[ $rc -eq 1 ] || { echo "after the kill: worker 0 rc=$rc (want 1)"; cat "$d/w0.err"; exit 1; }
+[ ! -e "$d/w0.json" ] || { echo "the run finished before the kill; nothing was tested"; exit 1; }
+grep -q "another worker died" "$d/w0.err" || { echo "worker 0 did not say why it stopped"; cat "$d/w0.err"; exit 1; }
+echo "killed worker 1 after backup step $steps; relaunching both"
+launch --checkpoint-dir "$d/ckpt"
+wait $w0 && wait $w1 || { echo "resumed run failed"; cat "$d/w0.err" "$d/w1.err"; exit 1; }
+grep -q "resumed from" "$d/w0.err" && grep -q "resumed from" "$d/w1.err" || {
+  echo "a worker did not resume"; cat "$d/w0.err" "$d/w1.err"; exit 1; }
+python3 - "$d/ref.json" "$d/w0.json" <<'PY'
+import json, sys
+ref, run = (json.load(open(p)) for p in sys.argv[1:3])
+print(f"uninterrupted test_loss {ref['test_loss']:.6f}, killed + resumed {run['test_loss']:.6f}")
+assert abs(ref["test_loss"] - run["test_loss"]) <= 1e-4 and abs(ref["test_accuracy"] - run["test_accuracy"]) <= 0.002, (ref, run)
+PY
 echo "train_multi_worker: ok"

@@ -60,7 +60,10 @@ CallbackPtr CSVLogger(std::string filename, char separator = ',', bool append = 
 // Crash recovery: saves model + optimizer state + epoch/step counters to backup_dir
 // at every epoch end (and every save_freq batches when save_freq > 0); fit restores
 // it at train begin and resumes where the backup was taken; deleted when training
-// completes. Corrupted backups are skipped with a warning naming the file.
+// completes. Corrupted backups are skipped with a warning naming the file. Under a
+// multi-worker strategy only the chief writes and deletes backups; every worker restores
+// from backup_dir (a directory they share), so a relaunched job resumes every worker
+// from the same backup.
 CallbackPtr BackupAndRestore(std::string backup_dir, int64_t save_freq = 0, bool delete_checkpoint = true);
 // Writes logs as TensorBoard scalars (train/ and validation/ runs) to log_dir,
 // per epoch and every update_freq batches when update_freq > 0.

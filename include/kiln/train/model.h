@@ -161,6 +161,8 @@ class Model : public Layer {
   void load_weights(const std::string& path) { load_state(load_checkpoint(path)); }
 
   const OptimizerPtr& optimizer() const { return opts_.optimizer; }
+  // The distribution strategy the model was compiled under (null: none).
+  const std::shared_ptr<distribute::Strategy>& strategy() const { return strategy_; }
   // Every weight under its model path ("dense_1/kernel"): stable across runs.
   std::vector<std::pair<std::string, Variable>> named_weights() const;
   // What the last fit() recorded, for a model package's lineage (kiln/train/export.h):
