@@ -43,7 +43,8 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
       for (int d = 1; d < t.rank(); ++d) config += std::to_string(t.dim(d)) + (d + 1 < t.rank() ? "," : "");
       config += "]";
     }
-    for (const auto& [name, v] : named_weights()) config += " " + name + ":" + v.peek().desc();
+    for (const auto& [name, v] : named_weights())
+      config += " " + name + ":" + std::string(dtype_name(v.dtype())) + v.shape().str();
     strategy.check_same_on_workers("model and batch", config);
     strategy.mirror(all_variables());
     replica_grad_fns_.assign(static_cast<size_t>(n), nullptr);

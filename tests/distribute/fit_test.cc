@@ -2,10 +2,17 @@
 // device: same seed, same data order, same global batch. The replicas' gradients are
 // all-reduced weighted by shard size, so the two runs differ by float summation order
 // only; the bound is stated per test. Every replica's copies stay bit-identical.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <thread>
 
 #include "kiln/autodiff/tape.h"
 #include "kiln/core/random.h"
+#include "kiln/distribute/cluster.h"
 #include "kiln/distribute/strategy.h"
 #include "kiln/ops.h"
 #include "kiln/train/layers.h"
@@ -215,6 +222,52 @@ TEST(MirroredFit, BadBatchesAreTypedErrors) {
   Data d = data(64, Shape{20}, 7);
   EXPECT_NO_THROW(m->fit(d.x, d.y, fit_options(1, 32)));
   expect_copies_equal(*m, 2);
+}
+
+// Two workers as threads of this process (each its own model and
+// MultiWorkerMirroredStrategy, over loopback TCP) against one device.
+TEST(MultiWorkerFit, TwoWorkersEqualOneDevice) {
+  Data d = data(320, Shape{20}, 8);
+  ModelPtr one = mlp(), w0 = mlp(), w1 = mlp();
+  compile(*one, nullptr);
+  one->fit(d.x, d.y, fit_options(2, 64));
+  const int port = [] {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ::close(fd);
+    return static_cast<int>(ntohs(a.sin_port));
+  }();
+  std::vector<History> hist(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> workers;
+  for (int r = 0; r < 2; ++r)
+    workers.emplace_back([&, r] {
+      try {
+        distribute::ClusterSpec c;
+        c.rank = r;
+        c.size = 2;
+        c.coordinator = "127.0.0.1:" + std::to_string(port);
+        c.host = "127.0.0.1";
+        auto s = distribute::MultiWorkerMirroredStrategy::create(c, {Device{DeviceType::kCPU, r}}, 30);
+        EXPECT_EQ(s->num_replicas_in_sync(), 2);
+        EXPECT_EQ(s->num_local_replicas(), 1);
+        Model& m = r == 0 ? *w0 : *w1;
+        compile(m, s);
+        hist[static_cast<size_t>(r)] = m.fit(d.x, d.y, fit_options(2, 64));
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : workers) t.join();
+  ASSERT_EQ(errors, (std::vector<std::string>{"", ""}));
+  EXPECT_LT(max_diff(*one, *w0), 1e-5);
+  EXPECT_EQ(max_diff(*w0, *w1), 0.0);  // every worker applies the same update
+  EXPECT_DOUBLE_EQ(hist[0].at("loss").back(), hist[1].at("loss").back());  // the job's loss, on every worker
 }
 
 // A custom training loop (tf.distribute's strategy.run): per-replica gradients,
