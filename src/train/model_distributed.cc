@@ -51,7 +51,8 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
     replica_apply_fns_.assign(static_cast<size_t>(n), nullptr);
   }
   const bool traced = replica_grad_fns_[0] != nullptr;
-  const auto [hyper, step_t] = opts_.optimizer->step_inputs();
+  const std::pair<Tensor, Tensor> step_inputs = opts_.optimizer->step_inputs();
+  const Tensor hyper = step_inputs.first, step_t = step_inputs.second;  // (clang captures no structured bindings)
   std::vector<Variable> synced;  // non-trainable float weights: averaged after each step
   for (const Variable& v : non_trainable_weights())
     if (v.dtype() == DType::kF32 || v.dtype() == DType::kF64) synced.push_back(v);

@@ -9,7 +9,10 @@ k8s_validate.py KILN_CLI
      neither; probes point at /healthz and /readyz; the pod runs as non-root on a read-only
      root filesystem, and its grace period outlasts the server's drain;
   4. every flag the Deployment passes is one `kiln serve --help` lists, and the ConfigMap's
-     model config is a file `kiln serve` parses.
+     model config is a file `kiln serve` parses;
+  5. deploy/k8s/training (multi-worker training): an Indexed Job with one pod per worker of
+     KILN_WORKERS, each named as listed through the headless Service, KILN_RANK from the
+     completion index, flags that `kiln train` takes.
 Prints "k8s manifests ok". Exits 77 (CTest: skipped, with the reason) when kubectl is not
 installed; fails otherwise.
 """
@@ -41,6 +44,45 @@ def check_schema(objs, what):
     for o in objs:
         validate(o, KUBERNETES_VERSION, strict=True)
     print(f"{what}: {len(objs)} objects valid against Kubernetes {KUBERNETES_VERSION} (strict)")
+
+
+def check_training():
+    """deploy/k8s/training: the multi-worker Job agrees with its Service and with `kiln train`."""
+    r = subprocess.run(["kubectl", "kustomize", os.path.join(K8S, "training")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    objs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    check_schema(objs, "training")
+    assert sorted(o["kind"] for o in objs) == ["Job", "PersistentVolumeClaim", "Service"], [o["kind"] for o in objs]
+    job = next(o for o in objs if o["kind"] == "Job")
+    svc = next(o for o in objs if o["kind"] == "Service")
+    spec, pod = job["spec"], job["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    env = {e["name"]: e for e in c["env"]}
+    workers = env["KILN_WORKERS"]["value"].split(",")
+    # Every worker at once, one pod per listed worker, each reachable by the name listed.
+    assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] == len(workers), spec
+    assert svc["spec"]["clusterIP"] == "None" and pod["subdomain"] == svc["metadata"]["name"], (svc, pod)
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in svc["spec"]["selector"].items()), (svc["spec"]["selector"], labels)
+    port = svc["spec"]["ports"][0]["port"]
+    for i, w in enumerate(workers):
+        assert w == f"{job['metadata']['name']}-{i}.{svc['metadata']['name']}:{port}", (i, w)
+    assert "job-completion-index" in env["KILN_RANK"]["valueFrom"]["fieldRef"]["fieldPath"], env["KILN_RANK"]
+    assert pod["securityContext"]["runAsNonRoot"] and c["securityContext"]["readOnlyRootFilesystem"]
+    # The command is one `kiln train` takes, and the worker list is one kiln parses.
+    assert c["args"][0] == "train", c["args"]
+    help_text = subprocess.run([KILN, "train", "--help"], capture_output=True, text=True).stdout
+    for a in c["args"][1:]:
+        flag = a.split("=")[0]
+        assert re.search(rf"^\s+{re.escape(flag)}\b", help_text, re.M), f"kiln train has no flag {flag}"
+    assert "--strategy=multi_worker" in c["args"]
+    run_env = dict(os.environ, KILN_WORKERS=env["KILN_WORKERS"]["value"], KILN_RANK="1")
+    # Parsed, then the worker looks for worker 0, which is not there: a clear rendezvous error.
+    r = subprocess.run([KILN, "train", "--strategy", "multi_worker", "--max-samples", "10", "--worker-timeout", "1",
+                        "--verbose", "0"], env=run_env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "worker 1 of 2 (KILN_WORKERS)" in r.stderr and "rendezvous" in r.stderr, r.stderr
+    print(f"training: Indexed Job of {len(workers)} workers, headless Service, flags and worker list parse")
 
 
 def main():
@@ -92,6 +134,7 @@ def main():
             p.wait()
             os.unlink(f.name)
         assert any("event=base_path_missing" in s for s in seen), "".join(seen)
+    check_training()
     # The check can fail: an unknown field and a wrong type are rejected.
     broken = render("cpu")
     dep = next(o for o in broken if o["kind"] == "Deployment")
