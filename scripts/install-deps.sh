@@ -19,7 +19,7 @@ PACKAGES=(
   libpcre2-dev             # LLM tokenizers: the pre-tokenizer regexes (Unicode classes, look-ahead; JIT)
   libleveldb-dev           # TensorFlow SavedModels: the variables index is a LevelDB table
   libgloo-dev              # multi-worker training: the collectives between processes (TCP)
-  openmpi-bin              # multi-worker training launched by mpirun (its test)
+  openmpi-bin libopenmpi-dev   # multi-worker training launched by mpirun (its test); MPI_Allreduce, Gloo's peer (bench)
   wrk                      # load tests of the server (tests/cli/serve.sh)
   curl                     # the server's CLI tests and the README's example
   clang-14 libclang-rt-14-dev   # libFuzzer targets
