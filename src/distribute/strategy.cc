@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <set>
@@ -195,6 +196,53 @@ std::vector<int64_t> Strategy::shard_rows(int64_t rows) const {
   const int64_t n = num_replicas_in_sync(), first = int64_t{worker_rank()} * num_local_replicas();
   std::vector<int64_t> out(static_cast<size_t>(num_local_replicas()));
   for (size_t r = 0; r < out.size(); ++r) out[r] = rows_of(rows, n, first + static_cast<int64_t>(r));
+  return out;
+}
+
+Tensor Strategy::all_gather_rows(const Tensor& local) const {
+  if (!workers_) return local;
+  std::string mine;
+  std::string header;  // dtype and per-row shape, so that a worker without rows learns them
+  if (local.defined()) {
+    const Tensor h = local.to(Device::cpu());
+    header = std::string(dtype_name(h.dtype()));
+    for (int d = 1; d < h.rank(); ++d) header += "," + std::to_string(h.dim(d));
+    mine = header + "\n" + std::string(static_cast<const char*>(h.raw_data()), h.nbytes());
+  }
+  const std::vector<std::string> all = workers_->all_gather(mine);
+  Tensor first;
+  std::vector<std::pair<const char*, size_t>> parts;
+  for (const std::string& a : all) {
+    if (a.empty()) continue;
+    const size_t nl = a.find('\n');
+    const std::string h = a.substr(0, nl);
+    if (!first.defined()) {
+      // dtype[,dim1,dim2...]
+      std::vector<int64_t> dims = {0};
+      size_t b = h.find(',');
+      const std::string dt = h.substr(0, b);
+      while (b != std::string::npos) {
+        const size_t e = h.find(',', b + 1);
+        dims.push_back(std::stoll(h.substr(b + 1, e == std::string::npos ? std::string::npos : e - b - 1)));
+        b = e;
+      }
+      first = Tensor::empty(Shape(dims), dtype_from_name(dt));
+    }
+    parts.emplace_back(a.data() + nl + 1, a.size() - nl - 1);
+  }
+  if (!first.defined()) return local;
+  size_t bytes = 0;
+  for (const auto& p : parts) bytes += p.second;
+  std::vector<int64_t> dims = first.shape().vec();
+  size_t row_bytes = first.itemsize();
+  for (size_t d = 1; d < dims.size(); ++d) row_bytes *= static_cast<size_t>(dims[d]);
+  dims[0] = row_bytes ? static_cast<int64_t>(bytes / row_bytes) : 0;
+  Tensor out = Tensor::empty(Shape(dims), first.dtype());
+  size_t off = 0;
+  for (const auto& p : parts) {
+    std::memcpy(static_cast<char*>(out.raw_data()) + off, p.first, p.second);
+    off += p.second;
+  }
   return out;
 }
 

@@ -5,12 +5,14 @@
 // step), an all-reduce of the gradients weighted by shard rows (the whole batch's mean
 // gradient), the optimizer update of the replica's copies (its own traced update), and
 // an all-reduce (mean) of the non-trainable float weights the forward changed
-// (BatchNormalization's moving statistics), so the copies stay equal.
+// (BatchNormalization's moving statistics), so the copies stay equal. Metrics see the
+// whole global batch (across workers: the predictions are gathered).
 #include <mutex>
 
 #include "kiln/distribute/strategy.h"
 #include "kiln/graph/function.h"
 #include "kiln/ops/creation.h"
+#include "kiln/ops/shape.h"
 #include "kiln/train/device_scope.h"
 #include "kiln/train/model.h"
 
@@ -148,11 +150,20 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
     ++traced_steps_;
   }
 
-  // Metrics see this process's shards (across workers they are not aggregated yet).
   Logs logs;
-  for (size_t ri = 0; ri < static_cast<size_t>(n); ++ri)
-    if (shard_rows[ri] > 0)
-      for (auto& m : metrics_) m->update(shards[ri][nx], preds[ri].at(0));
+  if (strategy.num_workers() == 1) {
+    for (size_t ri = 0; ri < static_cast<size_t>(n); ++ri)
+      if (shard_rows[ri] > 0)
+        for (auto& m : metrics_) m->update(shards[ri][nx], preds[ri].at(0));
+  } else if (!metrics_.empty()) {
+    // Metrics of the global batch on every worker: the job's predictions, gathered.
+    std::vector<Tensor> mine;
+    for (size_t ri = 0; ri < static_cast<size_t>(n); ++ri)
+      if (shard_rows[ri] > 0) mine.push_back(preds[ri].at(0).to(Device::cpu()));
+    const Tensor local = mine.empty() ? Tensor() : mine.size() == 1 ? mine[0] : ops::concat(mine, 0);
+    const Tensor all = strategy.all_gather_rows(local);
+    for (auto& m : metrics_) m->update(y.at(0), all);
+  }
   logs["loss"] = losses[0].item<double>();
   return logs;
 }

@@ -16,7 +16,7 @@ compare() {  # compare NAME: the chief's metrics against one process
 import json, sys
 one, chief = (json.load(open(p)) for p in sys.argv[1:3])
 assert chief["replicas"] == 2, chief["replicas"]
-for k in ("train_loss", "test_loss", "test_accuracy"):
+for k in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
     if abs(one[k] - chief[k]) > 1e-4:
         sys.exit(f"{sys.argv[3]}: {k} one process {one[k]} vs two workers {chief[k]}")
 print(f"{sys.argv[3]}: test_loss one process {one['test_loss']:.6f}, two workers {chief['test_loss']:.6f}")

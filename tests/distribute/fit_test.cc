@@ -230,7 +230,7 @@ TEST(MultiWorkerFit, TwoWorkersEqualOneDevice) {
   Data d = data(320, Shape{20}, 8);
   ModelPtr one = mlp(), w0 = mlp(), w1 = mlp();
   compile(*one, nullptr);
-  one->fit(d.x, d.y, fit_options(2, 64));
+  History h1 = one->fit(d.x, d.y, fit_options(2, 64));
   const int port = [] {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -268,6 +268,9 @@ TEST(MultiWorkerFit, TwoWorkersEqualOneDevice) {
   EXPECT_LT(max_diff(*one, *w0), 1e-5);
   EXPECT_EQ(max_diff(*w0, *w1), 0.0);  // every worker applies the same update
   EXPECT_DOUBLE_EQ(hist[0].at("loss").back(), hist[1].at("loss").back());  // the job's loss, on every worker
+  // Metrics of the global batches (the workers' predictions gathered), on every worker.
+  EXPECT_EQ(hist[0].at("accuracy"), hist[1].at("accuracy"));
+  EXPECT_NEAR(hist[0].at("accuracy").back(), h1.at("accuracy").back(), 1e-9);
 }
 
 // A custom training loop (tf.distribute's strategy.run): per-replica gradients,

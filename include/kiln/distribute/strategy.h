@@ -123,6 +123,10 @@ class Strategy {
   std::vector<std::vector<Tensor>> split_batch(const std::vector<Tensor>& batch) const;
   // The row count of each local replica's shard of a global batch of `rows`.
   std::vector<int64_t> shard_rows(int64_t rows) const;
+  // Every worker's `local` rows concatenated in worker order, on the host (the job's
+  // predictions for a global batch, for metrics). Every worker calls it; one with no rows
+  // passes an undefined tensor. `local` itself in one process.
+  Tensor all_gather_rows(const Tensor& local) const;
 
  protected:
   Strategy(std::vector<Device> devices, std::unique_ptr<WorkerGroup> workers);
