@@ -401,11 +401,6 @@ History Model::fit(const data::Dataset& train, FitOptions opts) {
 History Model::fit_loop(const NextBatchFn& next_batch, int64_t steps, const std::function<Logs()>& validate,
                         const FitOptions& opts) {
   using clock = std::chrono::steady_clock;
-  // Under a strategy the replica threads do the work: this thread's own parallel
-  // regions (batch gathers) would leave pool workers spinning on the replicas' cores
-  // after each one, so it runs them on itself alone.
-  std::optional<ThreadLimitScope> one_thread;
-  if (strategy_) one_thread.emplace(1);
   auto history = std::make_shared<HistoryRecorder>();
   std::vector<CallbackPtr> cbs;
   cbs.push_back(history);
@@ -428,6 +423,11 @@ History Model::fit_loop(const NextBatchFn& next_batch, int64_t steps, const std:
     double wait = 0;
     int64_t samples = 0;
     std::vector<Tensor> bx, by;
+    // Under a strategy the replica threads do the steps' work: this thread's own parallel
+    // regions (batch gathers) would leave pool workers spinning on the replicas' cores
+    // after each one, so while it feeds steps it runs them on itself alone.
+    std::optional<ThreadLimitScope> one_thread;
+    if (strategy_) one_thread.emplace(1);
     for (int64_t b = step_in_epoch; !stop_training; ++b) {
       auto w0 = clock::now();
       if (!next_batch(epoch, &bx, &by)) break;
@@ -444,6 +444,7 @@ History Model::fit_loop(const NextBatchFn& next_batch, int64_t steps, const std:
       step_in_epoch = b + 1;
       for (auto& c : cbs) c->on_train_batch_end(b, batch_logs);
     }
+    one_thread.reset();  // validation and callbacks below use the whole pool
     double secs = std::chrono::duration<double>(clock::now() - t0).count();
     epoch_logs["loss"] = loss_mean.result();
     for (auto& m : metrics_) epoch_logs[m->name()] = m->result();
