@@ -1,21 +1,18 @@
-// ClusterSpec from the launchers' environment variables; WorkerGroup and
-// MultiWorkerMirroredStrategy over loopback with workers as threads of one process.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
+// ClusterSpec from the launchers' environment variables; WorkerGroup (Gloo) over
+// loopback, its workers threads of one process.
 #include <thread>
 
 #include "distribute/worker_group.h"
 #include "kiln/distribute/cluster.h"
 #include "kiln/distribute/strategy.h"
+#include "loopback.h"
 #include "scoped_env.h"
 #include "test_util.h"
 
 namespace kiln::distribute {
 namespace {
 
+using kiln::testing::free_port;
 using kiln::testing::ScopedEnv;
 
 // No launcher variables but the ones a test sets.
@@ -113,19 +110,6 @@ TEST(ClusterSpec, MalformedVariablesNameThemselves) {
   }
 }
 
-// A port nobody listens on now (the kernel's pick for a socket bound to port 0).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    ADD_FAILURE() << "no free port";
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 // Workers as threads: each makes its own WorkerGroup over loopback.
 TEST(WorkerGroup, CollectivesAcrossThreeWorkers) {

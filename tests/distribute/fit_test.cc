@@ -2,11 +2,6 @@
 // device: same seed, same data order, same global batch. The replicas' gradients are
 // all-reduced weighted by shard size, so the two runs differ by float summation order
 // only; the bound is stated per test. Every replica's copies stay bit-identical.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <thread>
 
@@ -17,6 +12,7 @@
 #include "kiln/ops.h"
 #include "kiln/train/layers.h"
 #include "kiln/train/model.h"
+#include "loopback.h"
 #include "test_util.h"
 
 namespace kiln::train {
@@ -231,17 +227,7 @@ TEST(MultiWorkerFit, TwoWorkersEqualOneDevice) {
   ModelPtr one = mlp(), w0 = mlp(), w1 = mlp();
   compile(*one, nullptr);
   History h1 = one->fit(d.x, d.y, fit_options(2, 64));
-  const int port = [] {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    ::close(fd);
-    return static_cast<int>(ntohs(a.sin_port));
-  }();
+  const int port = kiln::testing::free_port();
   std::vector<History> hist(2);
   std::vector<std::string> errors(2);
   std::vector<std::thread> workers;
