@@ -7,6 +7,7 @@
 
 #include "kiln/autodiff/tape.h"
 #include "kiln/core/random.h"
+#include "kiln/data/dataset.h"
 #include "kiln/distribute/cluster.h"
 #include "kiln/distribute/strategy.h"
 #include "kiln/ops.h"
@@ -141,6 +142,22 @@ TEST(MirroredFit, UnevenShardsAndIdleReplicas) {
   three->fit(d.x, d.y, fit_options(2, 32));
   EXPECT_LT(max_diff(*one, *three), 1e-5);
   expect_copies_equal(*three, 3);
+}
+
+TEST(MirroredFit, DatasetOfGlobalBatchesEqualsOneDevice) {
+  // fit(Dataset): each element is a global batch (shuffled per epoch, prefetched), split
+  // across the replicas as tensors are.
+  Data d = data(300, Shape{20}, 9);
+  auto ds = data::Dataset::from_tensor_slices({d.x, d.y}).shuffle(300, 4).batch(32).prefetch(2);
+  ModelPtr one = mlp(), two = mlp();
+  compile(*one, nullptr);
+  compile(*two, MirroredStrategy::create("cpu:0,cpu:1"));
+  FitOptions fo = fit_options(2, 32);
+  History h1 = one->fit(ds, fo);
+  History h2 = two->fit(ds, fo);
+  EXPECT_LT(max_diff(*one, *two), 1e-5);
+  EXPECT_EQ(h1.at("accuracy"), h2.at("accuracy"));
+  expect_copies_equal(*two, 2);
 }
 
 TEST(MirroredFit, EagerStepsEqualTracedOnes) {

@@ -78,6 +78,8 @@ struct CompileOptions {
   // batch across the strategy's replicas (one device each; `device` must be empty or
   // the first replica's), all-reduce the gradients and update every replica's copy of
   // the variables alike. evaluate() and predict() run on the first replica's device.
+  // Under a multi-worker strategy, fit(), train_step() and load_state() are collective:
+  // every worker calls them alike (docs/distributed.md).
   std::shared_ptr<distribute::Strategy> strategy = nullptr;
 };
 
