@@ -28,6 +28,7 @@ PACKAGES=(
   dataset-fashion-mnist    # the default training data set
   prometheus               # deploy/prometheus: promtool checks the rules; the scrape test runs the server
   chromium                 # the built-in dashboard's test (headless: loads /dashboard, takes a screenshot)
+  podman runc mmdebstrap   # the container image (deploy/Dockerfile): built from a local Debian base and run in its test
 )
 
 missing=()
