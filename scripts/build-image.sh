@@ -3,27 +3,35 @@
 # reaches no image registry, so the Dockerfile's base (debian:bookworm-slim) is made here
 # by mmdebstrap from Debian's mirror and tagged under that name.
 #
-#   bash scripts/build-image.sh [--prebuilt BUILD_DIR] [--tag NAME]
+#   bash scripts/build-image.sh [--prebuilt BUILD_DIR [--cuda]] [--tag NAME]
 #
 # Default: the Dockerfile's `runtime` target (kiln compiled in its build stage).
 # --prebuilt BUILD_DIR: its `prebuilt` target: BUILD_DIR is installed (`cmake --install
 # --strip`) into the context instead, on the same runtime stage (what the image test uses:
-# no second compile). Prints the image's size.
+# no second compile). --cuda: the CUDA variant from a build with CUDA (tag kiln-serving:cuda;
+# the CPU one is kiln-serving:cpu). Prints the image's size.
 #
 # Where podman cannot start a container as configured (this VM: crun's setrlimit and its
 # refusal of the hybrid cgroup layout), the script retries with an empty default_ulimits
 # and the runc runtime, and says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tag="kiln-serving:cpu"
+tag=""
 prebuilt=""
+cuda=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --prebuilt) prebuilt="$2"; shift 2 ;;
+    --cuda) cuda=1; shift ;;
     --tag) tag="$2"; shift 2 ;;
     *) echo "build-image: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+[ -n "$tag" ] || tag=$([ $cuda = 1 ] && echo kiln-serving:cuda || echo kiln-serving:cpu)
+if [ $cuda = 1 ] && [ -z "$prebuilt" ]; then
+  echo "build-image: --cuda needs --prebuilt BUILD_DIR (a build with CUDA: the toolkit is the machine's, not Debian's)" >&2
+  exit 2
+fi
 for tool in podman mmdebstrap; do
   command -v "$tool" > /dev/null || { echo "build-image: $tool is not installed (scripts/install-deps.sh)" >&2; exit 3; }
 done
@@ -58,10 +66,25 @@ if [ -n "$prebuilt" ]; then
   context="$work/context"
   mkdir -p "$context"
   cmake --install "$prebuilt" --prefix "$context/kiln-install" --strip > /dev/null
-  # The CPU image: headers, CMake and pkg-config files and the CUDA plugin stay out.
-  rm -rf "$context/kiln-install/include" "$context/kiln-install/lib/cmake" "$context/kiln-install/lib/pkgconfig" \
-    "$context"/kiln-install/lib/libkiln_cuda.so*
+  # Headers, CMake and pkg-config files stay out; so does the CUDA plugin of the CPU image.
+  rm -rf "$context/kiln-install/include" "$context/kiln-install/lib/cmake" "$context/kiln-install/lib/pkgconfig"
   target=prebuilt
+  if [ $cuda = 1 ]; then
+    plugin=$(ls "$context"/kiln-install/lib/libkiln_cuda.so.*.*.* 2>/dev/null | head -n1)
+    [ -n "$plugin" ] || { echo "build-image: $prebuilt has no libkiln_cuda (configure with CUDA)" >&2; exit 2; }
+    mkdir -p "$context/cuda-libs"
+    # What the plugin links, and what cuDNN and NVRTC load beside them.
+    for lib in $(ldd "$plugin" | awk '/cudart|cublas|cudnn|nccl/ {print $3}'); do
+      dir=$(dirname "$(readlink -f "$lib")")
+      cp -L "$lib" "$context/cuda-libs/"
+      for extra in "$dir"/libcudnn_*.so.9 "$dir"/libnvrtc.so.[0-9]* "$dir"/libnvrtc-builtins.so.[0-9]*; do
+        [ -e "$extra" ] && cp -L "$extra" "$context/cuda-libs/"
+      done
+    done
+    target=prebuilt-cuda
+  else
+    rm -f "$context"/kiln-install/lib/libkiln_cuda.so*
+  fi
 fi
 "${podman_cmd[@]}" build --format docker --squash-all --network=host --pull=never --target "$target" -f deploy/Dockerfile -t "$tag" "$context"
 size=$("${podman_cmd[@]}" image inspect --format '{{.Size}}' "$tag")
