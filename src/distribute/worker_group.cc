@@ -4,8 +4,8 @@
 
 #include <cstring>
 #include <filesystem>
-#include <gloo/allgather.h>
-#include <gloo/allreduce.h>
+#include <gloo/allgather_ring.h>
+#include <gloo/allreduce_ring.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -53,7 +53,20 @@ WorkerGroup::WorkerGroup(const ClusterSpec& cluster, std::chrono::milliseconds t
   }
 }
 
+struct WorkerGroup::Cached {
+  std::vector<char> in, out;
+  std::unique_ptr<gloo::Algorithm> algo;
+};
+
 WorkerGroup::~WorkerGroup() = default;
+
+WorkerGroup::Cached& WorkerGroup::cached(const std::string& key, const std::function<void(Cached&)>& make) {
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return *it->second;
+  auto c = std::make_unique<Cached>();
+  guarded("setting up a collective", [&](uint32_t) { make(*c); });
+  return *cache_.emplace(key, std::move(c)).first->second;
+}
 
 template <class F>
 void WorkerGroup::guarded(const char* what, F&& op) {
@@ -76,30 +89,26 @@ void WorkerGroup::all_reduce_sum(std::vector<Tensor>& tensors) {
       if (t.dtype() == dt) total += t.numel();
     if (total == 0) continue;
     const size_t item = dtype_size(dt);
-    std::vector<char> flat(static_cast<size_t>(total) * item);
+    Cached& c = cached(detail::str_cat("all_reduce ", dtype_name(dt), " ", total), [&](Cached& c) {
+      c.out.resize(static_cast<size_t>(total) * item);
+      if (dt == DType::kF32)
+        c.algo = std::make_unique<gloo::AllreduceRing<float>>(
+            context_, std::vector<float*>{reinterpret_cast<float*>(c.out.data())}, static_cast<int>(total));
+      else
+        c.algo = std::make_unique<gloo::AllreduceRing<double>>(
+            context_, std::vector<double*>{reinterpret_cast<double*>(c.out.data())}, static_cast<int>(total));
+    });
     size_t off = 0;
     for (const Tensor& t : tensors)
       if (t.dtype() == dt) {
-        std::memcpy(flat.data() + off, t.raw_data(), t.nbytes());
+        std::memcpy(c.out.data() + off, t.raw_data(), t.nbytes());
         off += t.nbytes();
       }
-    guarded("all_reduce", [&](uint32_t tag) {
-      gloo::AllreduceOptions opts(context_);
-      opts.setTag(tag);
-      opts.setTimeout(timeout_);
-      if (dt == DType::kF32) {
-        opts.setOutput(reinterpret_cast<float*>(flat.data()), static_cast<size_t>(total));
-        opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-      } else {
-        opts.setOutput(reinterpret_cast<double*>(flat.data()), static_cast<size_t>(total));
-        opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<double>));
-      }
-      gloo::allreduce(opts);
-    });
+    guarded("all_reduce", [&](uint32_t) { c.algo->run(); });
     off = 0;
     for (Tensor& t : tensors)
       if (t.dtype() == dt) {
-        std::memcpy(t.raw_data(), flat.data() + off, t.nbytes());
+        std::memcpy(t.raw_data(), c.out.data() + off, t.nbytes());
         off += t.nbytes();
       }
   }
@@ -121,31 +130,34 @@ void WorkerGroup::broadcast(std::vector<Tensor>& tensors, int root) {
 
 std::vector<std::string> WorkerGroup::all_gather(const std::string& value) {
   if (size_ == 1) return {value};
-  std::vector<uint64_t> lens(static_cast<size_t>(size_));
-  uint64_t mine = value.size();
-  guarded("all_gather", [&](uint32_t tag) {
-    gloo::AllgatherOptions opts(context_);
-    opts.setTag(tag);
-    opts.setTimeout(timeout_);
-    opts.setInput(&mine, 1);
-    opts.setOutput(lens.data(), lens.size());
-    gloo::allgather(opts);
+  // The lengths first (every worker then knows the longest), then the padded values.
+  Cached& lc = cached("all_gather lengths", [&](Cached& c) {
+    c.in.resize(sizeof(int64_t));
+    c.out.resize(sizeof(int64_t) * static_cast<size_t>(size_));
+    c.algo = std::make_unique<gloo::AllgatherRing<int64_t>>(
+        context_, std::vector<const int64_t*>{reinterpret_cast<const int64_t*>(c.in.data())},
+        reinterpret_cast<int64_t*>(c.out.data()), 1);
   });
-  uint64_t longest = 1;
-  for (uint64_t l : lens) longest = std::max(longest, l);
-  std::vector<char> in(longest, '\0'), out(longest * static_cast<size_t>(size_));
-  std::memcpy(in.data(), value.data(), value.size());
-  guarded("all_gather", [&](uint32_t tag) {
-    gloo::AllgatherOptions opts(context_);
-    opts.setTag(tag);
-    opts.setTimeout(timeout_);
-    opts.setInput(in.data(), in.size());
-    opts.setOutput(out.data(), out.size());
-    gloo::allgather(opts);
+  const int64_t mine = static_cast<int64_t>(value.size());
+  std::memcpy(lc.in.data(), &mine, sizeof mine);
+  guarded("all_gather", [&](uint32_t) { lc.algo->run(); });
+  std::vector<int64_t> lens(static_cast<size_t>(size_));
+  std::memcpy(lens.data(), lc.out.data(), lc.out.size());
+  int64_t longest = 1;
+  for (int64_t l : lens) longest = std::max(longest, l);
+  Cached& dc = cached(detail::str_cat("all_gather ", longest), [&](Cached& c) {
+    c.in.resize(static_cast<size_t>(longest));
+    c.out.resize(static_cast<size_t>(longest) * static_cast<size_t>(size_));
+    c.algo = std::make_unique<gloo::AllgatherRing<char>>(context_, std::vector<const char*>{c.in.data()}, c.out.data(),
+                                                         static_cast<int>(longest));
   });
+  std::memset(dc.in.data(), 0, dc.in.size());
+  std::memcpy(dc.in.data(), value.data(), value.size());
+  guarded("all_gather", [&](uint32_t) { dc.algo->run(); });
   std::vector<std::string> all;
   for (int r = 0; r < size_; ++r)
-    all.emplace_back(out.data() + static_cast<size_t>(r) * longest, lens[static_cast<size_t>(r)]);
+    all.emplace_back(dc.out.data() + static_cast<size_t>(r) * static_cast<size_t>(longest),
+                     static_cast<size_t>(lens[static_cast<size_t>(r)]));
   return all;
 }
 
