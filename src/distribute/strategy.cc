@@ -135,6 +135,10 @@ void Strategy::run(const std::function<void(ReplicaContext&)>& fn) {
 int Strategy::num_workers() const { return workers_ ? workers_->size() : 1; }
 int Strategy::worker_rank() const { return workers_ ? workers_->rank() : 0; }
 
+void Strategy::sync_workers() const {
+  if (workers_) workers_->barrier();
+}
+
 void Strategy::check_same_on_workers(const std::string& what, const std::string& value) const {
   if (!workers_) return;
   const std::vector<std::string> all = workers_->all_gather(value);

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <gloo/allgather_ring.h>
-#include <gloo/allreduce_ring.h>
+#include <gloo/allreduce_halving_doubling.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -92,10 +92,10 @@ void WorkerGroup::all_reduce_sum(std::vector<Tensor>& tensors) {
     Cached& c = cached(detail::str_cat("all_reduce ", dtype_name(dt), " ", total), [&](Cached& c) {
       c.out.resize(static_cast<size_t>(total) * item);
       if (dt == DType::kF32)
-        c.algo = std::make_unique<gloo::AllreduceRing<float>>(
+        c.algo = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(
             context_, std::vector<float*>{reinterpret_cast<float*>(c.out.data())}, static_cast<int>(total));
       else
-        c.algo = std::make_unique<gloo::AllreduceRing<double>>(
+        c.algo = std::make_unique<gloo::AllreduceHalvingDoubling<double>>(
             context_, std::vector<double*>{reinterpret_cast<double*>(c.out.data())}, static_cast<int>(total));
     });
     size_t off = 0;

@@ -25,9 +25,10 @@ class Store;
 namespace kiln::distribute {
 
 // The hot collectives (the per-step all-reduce and all-gather) use Gloo's algorithm
-// classes over persistent buffers, made once per size (2 workers on this VM: 76 us for 16
-// floats, 0.77 ms for 0.94 MB, against 334 us and 1.3 ms, with outliers of 31 ms, for
-// gloo::allreduce's per-call buffers; docs/perf-decisions/031).
+// classes over persistent buffers, made once per size: halving-doubling for the
+// all-reduce (2 workers on this VM, 1.7 MB: 1.1 ms, ring 2.1 ms; 16 floats: 76 us against
+// 334 us, with outliers of 31 ms, for gloo::allreduce's per-call buffers;
+// docs/perf-decisions/031).
 class WorkerGroup {
  public:
   WorkerGroup(const ClusterSpec& cluster, std::chrono::milliseconds timeout);

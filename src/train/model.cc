@@ -413,6 +413,7 @@ History Model::fit_loop(const NextBatchFn& next_batch, int64_t steps, const std:
   step_in_epoch = 0;
   Logs logs;
   for (auto& c : cbs) c->on_train_begin(logs);  // BackupAndRestore may move the counters forward
+  if (strategy_) strategy_->sync_workers();  // the workers start the first epoch together
 
   for (int epoch = static_cast<int>(epoch_counter); epoch < opts.epochs && !stop_training; ++epoch) {
     for (auto& m : metrics_) m->reset();

@@ -105,6 +105,9 @@ class Strategy {
   // `value` (a configuration: model, batch, dtypes), naming `what` and the first worker
   // that differs from the chief.
   void check_same_on_workers(const std::string& what, const std::string& value) const;
+  // Returns when every worker has called it (no-op in one process): Model::fit calls it
+  // before the first epoch, so the workers' startup (loading data) does not count in it.
+  void sync_workers() const;
 
   // Runs fn on every replica at once (see the top of this file) and returns when all
   // have finished; rethrows the first error of a replica.
