@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <csignal>
+
 #include <cstring>
 #include <filesystem>
 #include <gloo/allgather_ring.h>
@@ -23,6 +25,11 @@ WorkerGroup::WorkerGroup(const ClusterSpec& cluster, std::chrono::milliseconds t
     : rank_(cluster.rank), size_(cluster.size), timeout_(timeout) {
   if (cluster.size < 1 || cluster.rank < 0 || cluster.rank >= cluster.size)
     throw InvalidArgumentError(detail::str_cat("WorkerGroup: rank ", cluster.rank, " of ", cluster.size));
+  // Gloo writes to its sockets without MSG_NOSIGNAL: a peer that died would end this
+  // process with SIGPIPE before the write's error could say so. Ignored unless the program
+  // installed a handler of its own.
+  struct sigaction old {};
+  if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
   if (!cluster.coordinator.empty()) {
     store_ = std::make_unique<TcpStore>(cluster.coordinator, cluster.rank == 0, timeout);
   } else if (!cluster.store_dir.empty()) {

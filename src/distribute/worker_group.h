@@ -4,7 +4,8 @@
 // rendezvous store (TcpStore on the coordinator, or Gloo's FileStore for mpirun on one
 // host). Collectives run on host memory; each has the group's timeout, after which it
 // fails with UnavailableError naming the operation and the cause (a worker that died or
-// hangs), never a hang.
+// hangs), never a hang. Constructing one sets SIGPIPE to ignored (unless the program has
+// its own handler), so a write to a dead peer is an error, not the end of the process.
 #include <chrono>
 #include <functional>
 #include <map>
