@@ -4,7 +4,9 @@
 // prints the ones set). A malformed value is an InvalidArgumentError that names the
 // variable, raised by the first flags() call. The device variables (KILN_VISIBLE_DEVICES,
 // KILN_*_MEMORY_LIMIT, KILN_MEMORY_GROWTH, KILN_*_LOGICAL_DEVICES) are the device
-// configuration's (kiln/core/device_config.h), which validates them the same way.
+// configuration's (kiln/core/device_config.h), which validates them the same way; the
+// multi-worker launcher's (KILN_WORKERS, KILN_RANK, KILN_COORDINATOR, KILN_WORKER_HOST)
+// are the cluster spec's (kiln/distribute/cluster.h), read with TF_CONFIG and OpenMPI's.
 //
 // Environment variables set defaults for operational choices (threads, profiling,
 // graph dumps, where the CUDA plugin and the Fashion-MNIST files are). Choices of
