@@ -2,8 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <csignal>
-
 #include <cstring>
 #include <filesystem>
 #include <gloo/allgather_ring.h>
@@ -53,6 +53,7 @@ WorkerGroup::WorkerGroup(const ClusterSpec& cluster, std::chrono::milliseconds t
   }
   // Connected: the rendezvous is over (its port and files are not needed any more).
   barrier();
+  learn_peer_addresses();
   store_.reset();
   if (rank_ == 0 && !cluster.store_dir.empty()) {
     std::error_code ec;
@@ -75,16 +76,48 @@ WorkerGroup::Cached& WorkerGroup::cached(const std::string& key, const std::func
   return *cache_.emplace(key, std::move(c)).first->second;
 }
 
+void WorkerGroup::learn_peer_addresses() {
+  if (size_ == 1) return;
+  // Each worker's pair toward worker p has an address of its own (its listening socket in
+  // this Gloo; one per device in later ones): gather every worker's list, keep the
+  // entries toward this worker.
+  std::string mine;
+  for (int p = 0; p < size_; ++p) mine += (p == rank_ ? std::string() : context_->getPair(p)->address().str()) + "\n";
+  const std::vector<std::string> all = all_gather(mine);
+  peer_addresses_.assign(static_cast<size_t>(size_), std::string());
+  for (int r = 0; r < size_; ++r) {
+    size_t b = 0;
+    for (int p = 0; p < rank_ && b != std::string::npos; ++p) b = all[static_cast<size_t>(r)].find('\n', b) + 1;
+    const size_t e = all[static_cast<size_t>(r)].find('\n', b);
+    if (r != rank_ && e != std::string::npos) peer_addresses_[static_cast<size_t>(r)] = all[static_cast<size_t>(r)].substr(b, e - b);
+  }
+}
+
+int WorkerGroup::peer_named_in(const std::string& message) const {
+  for (size_t r = 0; r < peer_addresses_.size(); ++r) {
+    const std::string& a = peer_addresses_[r];
+    if (a.empty()) continue;
+    for (size_t at = message.find(a); at != std::string::npos; at = message.find(a, at + 1)) {
+      const size_t end = at + a.size();  // "[host]:port", not a longer port
+      if (end == message.size() || !std::isdigit(static_cast<unsigned char>(message[end]))) return static_cast<int>(r);
+    }
+  }
+  return -1;
+}
+
 template <class F>
 void WorkerGroup::guarded(const char* what, F&& op) {
   if (size_ == 1) return;
   try {
     op(tag_++);
   } catch (const gloo::Exception& e) {
-    // Gloo's message names the peer's address; say what kiln was doing and what it means.
+    // Gloo's message names the peer's address: say which worker that is, what kiln was
+    // doing and what it means.
+    const int lost = peer_named_in(e.what());
+    const std::string who = lost < 0 ? std::string("another worker") : detail::str_cat("worker ", lost);
     throw UnavailableError(detail::str_cat("worker ", rank_, " of ", size_, ": ", what, " failed within ",
-                                           timeout_.count() / 1000.0, " s: another worker died, hangs or lost the "
-                                           "network (", e.what(), ")"));
+                                           timeout_.count() / 1000.0, " s: ", who,
+                                           " died, hangs or lost the network (", e.what(), ")"));
   }
 }
 

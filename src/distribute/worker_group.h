@@ -4,7 +4,8 @@
 // rendezvous store (TcpStore on the coordinator, or Gloo's FileStore for mpirun on one
 // host). Collectives run on host memory; each has the group's timeout, after which it
 // fails with UnavailableError naming the operation and the cause (a worker that died or
-// hangs), never a hang. Constructing one sets SIGPIPE to ignored (unless the program has
+// hangs), never a hang: the message names the lost worker's rank where Gloo's error names
+// its address. Constructing one sets SIGPIPE to ignored (unless the program has
 // its own handler), so a write to a dead peer is an error, not the end of the process.
 #include <chrono>
 #include <functional>
@@ -48,6 +49,10 @@ class WorkerGroup {
  private:
   template <class F>
   void guarded(const char* what, F&& op);
+  // Every peer's transport address as Gloo's errors print it ("[host]:port"), by rank;
+  // the rank whose address `message` contains, or -1.
+  void learn_peer_addresses();
+  int peer_named_in(const std::string& message) const;
   // A Gloo algorithm over persistent buffers, made the first time its key is used (every
   // worker makes the same ones in the same order: they call the same collectives).
   struct Cached;
@@ -57,6 +62,7 @@ class WorkerGroup {
   std::unique_ptr<gloo::rendezvous::Store> store_;
   std::shared_ptr<gloo::Context> context_;
   std::map<std::string, std::unique_ptr<Cached>> cache_;
+  std::vector<std::string> peer_addresses_;
   uint32_t tag_ = 0;
 };
 

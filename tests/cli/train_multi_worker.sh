@@ -63,7 +63,10 @@ for how in KILL STOP; do
   t0=$(date +%s)
   set +e; KILN_WORKERS=127.0.0.1:$p,127.0.0.1:$p KILN_RANK=0 "$kiln" "${long[@]}" 2>"$d/err"; rc=$?; set -e
   [ $rc -eq 1 ] || { echo "SIG$how: worker 0 rc=$rc"; cat "$d/err"; exit 1; }
-  fails "another worker died, hangs or lost the network" $(( $(date +%s) - t0 - 3 ))
+  # A dead worker's socket closes: Gloo names its address, kiln its rank. A stopped one
+  # makes a read time out, which may not say with whom.
+  if [ $how = KILL ]; then want="worker 1 died, hangs or lost the network"; else want="died, hangs or lost the network"; fi
+  fails "$want" $(( $(date +%s) - t0 - 3 ))
   kill -9 $victim 2>/dev/null || true
 done
 p=$(port)
@@ -106,7 +109,7 @@ kill -9 $w1
 set +e; wait $w0; rc=$?; set -e
 [ $rc -eq 1 ] || { echo "after the kill: worker 0 rc=$rc (want 1)"; cat "$d/w0.err"; exit 1; }
 [ ! -e "$d/w0.json" ] || { echo "the run finished before the kill; nothing was tested"; exit 1; }
-grep -q "another worker died" "$d/w0.err" || { echo "worker 0 did not say why it stopped"; cat "$d/w0.err"; exit 1; }
+grep -q "worker 1 died, hangs" "$d/w0.err" || { echo "worker 0 did not say why it stopped"; cat "$d/w0.err"; exit 1; }
 echo "killed worker 1 after backup step $steps; relaunching both"
 launch --checkpoint-dir "$d/ckpt"
 wait $w0 && wait $w1 || { echo "resumed run failed"; cat "$d/w0.err" "$d/w1.err"; exit 1; }

@@ -146,6 +146,39 @@ TEST(WorkerGroup, CollectivesAcrossThreeWorkers) {
   }
 }
 
+// A worker whose group goes away (its process died: the sockets close) is named by rank
+// in the others' errors, which come at once, not after the timeout.
+TEST(WorkerGroup, TheLostWorkerIsNamed) {
+  const std::string coord = "127.0.0.1:" + std::to_string(free_port());
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 3; ++r)
+    ts.emplace_back([&, r] {
+      ClusterSpec c;
+      c.rank = r;
+      c.size = 3;
+      c.coordinator = coord;
+      c.host = "127.0.0.1";
+      auto g = std::make_unique<WorkerGroup>(c, std::chrono::seconds(30));
+      if (r == 2) return;  // leaves: its sockets close
+      std::vector<Tensor> t = {Tensor::from_vector<float>({1.0f, 2.0f}, {2})};
+      try {
+        // Worker 2 takes part in every step of halving-doubling on 3 workers.
+        for (int i = 0; i < 1000; ++i) g->all_reduce_sum(t);
+      } catch (const Error& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  // Worker 0 or 1 may see worker 2's end first or the other survivor's; one of them
+  // names worker 2, and no one blames itself.
+  EXPECT_TRUE(errors[0].find("worker 2 died, hangs or lost the network") != std::string::npos ||
+              errors[1].find("worker 2 died, hangs or lost the network") != std::string::npos)
+      << errors[0] << "\n" << errors[1];
+  EXPECT_EQ(errors[0].find("worker 0 died"), std::string::npos) << errors[0];
+  EXPECT_EQ(errors[1].find("worker 1 died"), std::string::npos) << errors[1];
+}
+
 TEST(WorkerGroup, AMissingWorkerIsADeadlineNotAHang) {
   ClusterSpec c;
   c.rank = 0;
