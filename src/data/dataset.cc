@@ -113,16 +113,12 @@ Iterator::Cursor& Iterator::Cursor::operator++() {
 
 // ---- Dataset ----
 
-namespace {
-
 const PipelineOptions* find_options(const DatasetNode& node) {
   if (const auto* o = options_of(node)) return o;
   for (const auto& in : node.inputs())
     if (const auto* o = find_options(*in)) return o;
   return nullptr;
 }
-
-}  // namespace
 
 IterContext resolve_context(const PipelineOptions& o, std::shared_ptr<PipelineState> state) {
   IterContext ctx;
@@ -136,6 +132,21 @@ IterContext resolve_context(const PipelineOptions& o, std::shared_ptr<PipelineSt
   }
   return ctx;
 }
+
+namespace {
+
+// `node`, just made and not shared yet, remembering how it was made.
+NodePtr remember(NodePtr node, NodeRecipe recipe) {
+  const_cast<DatasetNode&>(*node).set_recipe(std::move(recipe));
+  return node;
+}
+// A node made by `recipe.remake` on `input`, which remembers the recipe.
+NodePtr made(const NodePtr& input, NodeRecipe recipe) {
+  NodePtr node = recipe.remake(input);
+  return remember(std::move(node), std::move(recipe));
+}
+
+}  // namespace
 
 Dataset::Dataset(std::shared_ptr<const DatasetNode> node) : node_(std::move(node)) {
   KILN_CHECK_INTERNAL(node_ != nullptr, "null dataset node");
@@ -153,7 +164,7 @@ Dataset Dataset::from_generator(ElementSpec spec, std::function<PullFn()> make_p
   return Dataset(make_generator_node(std::move(spec), std::move(make_pass), cardinality, std::move(name)));
 }
 Dataset Dataset::list_files(std::vector<std::string> patterns, bool shuffle, uint64_t seed) {
-  return Dataset(make_list_files_node(std::move(patterns), shuffle, seed));
+  return Dataset(remember(make_list_files_node(std::move(patterns), shuffle, seed), {.file_list = true}));
 }
 Dataset Dataset::zip(std::vector<Dataset> datasets) {
   std::vector<NodePtr> nodes;
@@ -163,41 +174,68 @@ Dataset Dataset::zip(std::vector<Dataset> datasets) {
 
 Dataset Dataset::map(MapFn fn, MapOptions options) const {
   KILN_CHECK_ARG(fn != nullptr, "map: the function is empty");
-  return Dataset(make_map_node(node_, std::move(fn), options));
+  const bool ordered = options.num_parallel_calls == 0 || options.deterministic;
+  return Dataset(made(node_, {.remake = [fn = std::move(fn), options](NodePtr in) { return make_map_node(std::move(in), fn, options); },
+                              .one_to_one = ordered}));
 }
 Dataset Dataset::filter(PredicateFn pred) const {
   KILN_CHECK_ARG(pred != nullptr, "filter: the predicate is empty");
-  return Dataset(make_filter_node(node_, std::move(pred)));
+  return Dataset(made(node_, {.remake = [pred = std::move(pred)](NodePtr in) { return make_filter_node(std::move(in), pred); }}));
 }
 Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) const {
-  return Dataset(make_shuffle_node(node_, buffer_size, seed, reshuffle_each_iteration));
+  return Dataset(made(node_, {.remake = [=](NodePtr in) {
+                                return make_shuffle_node(std::move(in), buffer_size, seed, reshuffle_each_iteration);
+                              }}));
 }
 Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
-  return Dataset(make_batch_node(node_, batch_size, drop_remainder));
+  auto rebatch = [drop_remainder](NodePtr in, int64_t b) { return make_batch_node(std::move(in), b, drop_remainder); };
+  return Dataset(made(node_, {.remake = [=](NodePtr in) { return rebatch(std::move(in), batch_size); },
+                              .rebatch = rebatch,
+                              .batch_size = batch_size,
+                              .drop_remainder = drop_remainder}));
 }
 Dataset Dataset::padded_batch(int64_t batch_size, std::vector<std::vector<int64_t>> padded_shapes,
                               std::vector<double> padding_values, bool drop_remainder) const {
-  return Dataset(
-      make_padded_batch_node(node_, batch_size, std::move(padded_shapes), std::move(padding_values), drop_remainder));
+  auto rebatch = [padded_shapes = std::move(padded_shapes), padding_values = std::move(padding_values),
+                  drop_remainder](NodePtr in, int64_t b) {
+    return make_padded_batch_node(std::move(in), b, padded_shapes, padding_values, drop_remainder);
+  };
+  return Dataset(made(node_, {.remake = [=](NodePtr in) { return rebatch(std::move(in), batch_size); },
+                              .rebatch = rebatch,
+                              .batch_size = batch_size,
+                              .drop_remainder = drop_remainder}));
 }
-Dataset Dataset::unbatch() const { return Dataset(make_unbatch_node(node_)); }
-Dataset Dataset::prefetch(int64_t buffer_size) const { return Dataset(make_prefetch_node(node_, buffer_size)); }
-Dataset Dataset::cache(std::string filename) const { return Dataset(make_cache_node(node_, std::move(filename))); }
-Dataset Dataset::repeat(int64_t count) const { return Dataset(make_repeat_node(node_, count)); }
-Dataset Dataset::take(int64_t count) const { return Dataset(make_take_node(node_, count)); }
-Dataset Dataset::skip(int64_t count) const { return Dataset(make_skip_node(node_, count)); }
+Dataset Dataset::unbatch() const { return Dataset(made(node_, {.remake = make_unbatch_node})); }
+Dataset Dataset::prefetch(int64_t buffer_size) const {
+  return Dataset(made(node_, {.remake = [=](NodePtr in) { return make_prefetch_node(std::move(in), buffer_size); },
+                              .one_to_one = true}));
+}
+Dataset Dataset::cache(std::string filename) const {
+  return Dataset(made(node_, {.remake = [f = std::move(filename)](NodePtr in) { return make_cache_node(std::move(in), f); }}));
+}
+Dataset Dataset::repeat(int64_t count) const {
+  return Dataset(made(node_, {.remake = [=](NodePtr in) { return make_repeat_node(std::move(in), count); }}));
+}
+Dataset Dataset::take(int64_t count) const {
+  return Dataset(made(node_, {.remake = [=](NodePtr in) { return make_take_node(std::move(in), count); }}));
+}
+Dataset Dataset::skip(int64_t count) const {
+  return Dataset(made(node_, {.remake = [=](NodePtr in) { return make_skip_node(std::move(in), count); }}));
+}
 Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
-  return Dataset(make_shard_node(node_, num_shards, index));
+  return Dataset(made(node_, {.remake = [=](NodePtr in) { return make_shard_node(std::move(in), num_shards, index); }}));
 }
 Dataset Dataset::interleave(InterleaveFn fn, InterleaveOptions options) const {
   KILN_CHECK_ARG(fn != nullptr, "interleave: the function is empty");
-  return Dataset(make_interleave_node(node_, std::move(fn), options));
+  return Dataset(made(node_, {.remake = [fn = std::move(fn), options](NodePtr in) {
+                                return make_interleave_node(std::move(in), fn, options);
+                              }}));
 }
 Dataset Dataset::with_options(PipelineOptions options) const {
   KILN_CHECK_ARG(options.cpu_budget >= 0 && options.ram_budget_bytes >= 0,
                  "with_options: budgets must be >= 0 (0: default), got cpu_budget=", options.cpu_budget,
                  " ram_budget_bytes=", options.ram_budget_bytes);
-  return Dataset(make_options_node(node_, options));
+  return Dataset(made(node_, {.remake = [=](NodePtr in) { return make_options_node(std::move(in), options); }}));
 }
 
 const ElementSpec& Dataset::element_spec() const { return node_->spec(); }

@@ -59,6 +59,20 @@ class IteratorImpl {
   virtual bool next(Element* out) = 0;
 };
 
+class DatasetNode;
+using NodePtr = std::shared_ptr<const DatasetNode>;
+
+// How the Dataset method that made a node makes it again on another input: auto-sharding
+// (dataset_distribute.cc) rebuilds the transformations above a shard it inserts.
+struct NodeRecipe {
+  std::function<NodePtr(NodePtr input)> remake = nullptr;                      // single-input transformations
+  std::function<NodePtr(NodePtr input, int64_t batch_size)> rebatch = nullptr;  // batch, padded_batch
+  int64_t batch_size = 0;                                             // batch, padded_batch
+  bool drop_remainder = false;
+  bool one_to_one = false;  // one output per input element, in order (map, prefetch)
+  bool file_list = false;   // list_files: its elements are the pipeline's files
+};
+
 class DatasetNode {
  public:
   DatasetNode(std::string name, ElementSpec spec, int64_t cardinality,
@@ -73,15 +87,17 @@ class DatasetNode {
   const ElementSpec& spec() const { return spec_; }
   int64_t cardinality() const { return cardinality_; }
   const std::vector<std::shared_ptr<const DatasetNode>>& inputs() const { return inputs_; }
+  const NodeRecipe& recipe() const { return recipe_; }
+  // Set once, by the Dataset method that made the node, before anything else sees it.
+  void set_recipe(NodeRecipe recipe) { recipe_ = std::move(recipe); }
 
  private:
   std::string name_;
   ElementSpec spec_;
   int64_t cardinality_;
   std::vector<std::shared_ptr<const DatasetNode>> inputs_;
+  NodeRecipe recipe_;
 };
-
-using NodePtr = std::shared_ptr<const DatasetNode>;
 
 // Rethrows the exception in flight as a kiln::Error with the same code (InvalidArgument
 // for a non-kiln exception) and "<where>: <cause>" as its message.
@@ -146,4 +162,6 @@ NodePtr make_interleave_node(NodePtr input, Dataset::InterleaveFn fn, Interleave
 NodePtr make_options_node(NodePtr input, PipelineOptions options);
 // The options a with_options node sets (nullptr for other nodes).
 const PipelineOptions* options_of(const DatasetNode& node);
+// The options of the with_options nearest to `node`'s end (depth first), or null.
+const PipelineOptions* find_options(const DatasetNode& node);
 }  // namespace kiln::data

@@ -196,11 +196,20 @@ namespace {
 int64_t rows_of(int64_t rows, int64_t n, int64_t g) { return rows / n + (g < rows % n ? 1 : 0); }
 }  // namespace
 
-std::vector<int64_t> Strategy::shard_rows(int64_t rows) const {
-  const int64_t n = num_replicas_in_sync(), first = int64_t{worker_rank()} * num_local_replicas();
+std::vector<int64_t> Strategy::shard_rows(int64_t rows, BatchOf of) const {
+  const bool job = of == BatchOf::kJob;
+  const int64_t n = job ? num_replicas_in_sync() : num_local_replicas();
+  const int64_t first = job ? int64_t{worker_rank()} * num_local_replicas() : 0;
   std::vector<int64_t> out(static_cast<size_t>(num_local_replicas()));
   for (size_t r = 0; r < out.size(); ++r) out[r] = rows_of(rows, n, first + static_cast<int64_t>(r));
   return out;
+}
+
+int64_t Strategy::sum_over_workers(int64_t value) const {
+  if (!workers_) return value;
+  std::vector<Tensor> t = {Tensor::scalar<double>(static_cast<double>(value))};  // exact below 2^53
+  workers_->all_reduce_sum(t);
+  return static_cast<int64_t>(t[0].item<double>());
 }
 
 Tensor Strategy::all_gather_rows(const Tensor& local) const {
@@ -256,18 +265,19 @@ size_t byte_offset(const Tensor& t) {
 }
 }  // namespace
 
-std::vector<std::vector<Tensor>> Strategy::split_batch(const std::vector<Tensor>& batch) const {
+std::vector<std::vector<Tensor>> Strategy::split_batch(const std::vector<Tensor>& batch, BatchOf of) const {
   if (batch.empty()) throw InvalidArgumentError("Strategy::split_batch: an empty batch");
   for (const Tensor& t : batch)
     if (!t.defined() || t.rank() < 1 || t.dim(0) != batch[0].dim(0))
       throw InvalidArgumentError("Strategy::split_batch: every tensor of a batch needs the same rows (dim 0); got " +
                                  (t.defined() ? t.desc() : std::string("an undefined tensor")) + " beside " +
                                  batch[0].desc());
-  const std::vector<int64_t> rows = shard_rows(batch[0].dim(0));
+  const std::vector<int64_t> rows = shard_rows(batch[0].dim(0), of);
   std::vector<std::vector<Tensor>> shards(rows.size());
   int64_t lo = 0;  // the rows of the replicas of the workers before this one
-  for (int64_t g = 0; g < int64_t{worker_rank()} * num_local_replicas(); ++g)
-    lo += rows_of(batch[0].dim(0), num_replicas_in_sync(), g);
+  if (of == BatchOf::kJob)
+    for (int64_t g = 0; g < int64_t{worker_rank()} * num_local_replicas(); ++g)
+      lo += rows_of(batch[0].dim(0), num_replicas_in_sync(), g);
   for (size_t r = 0; r < rows.size(); ++r) {
     for (const Tensor& t : batch) {
       // Rows are contiguous: a view of them, copied to the replica's device (shared when it is t's).

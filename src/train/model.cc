@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <iomanip>
 #include <map>
@@ -362,7 +363,18 @@ History Model::fit(const data::Dataset& train, FitOptions opts) {
   if (opts.epochs < 0) throw InvalidArgumentError("fit: epochs must be >= 0, got " + std::to_string(opts.epochs));
   if (opts.validation_split != 0)
     throw InvalidArgumentError("fit: validation_split does not apply to a Dataset; pass validation_data");
-  const int64_t card = train.cardinality();
+  // Several workers read their own parts of the global batches where the pipeline
+  // allows (Dataset::shard_for_worker); a step then learns the global batch's rows from
+  // every worker's count, and a worker whose part ended early passes empty batches while
+  // the others still have rows (every worker takes part in every step's collectives).
+  std::optional<data::Dataset> part;
+  if (strategy_ && strategy_->num_workers() > 1) {
+    data::WorkerShard shard = train.shard_for_worker(strategy_->num_workers(), strategy_->worker_rank());
+    if (opts.verbose > 0 && strategy_->is_chief()) std::fprintf(stderr, "fit: input %s\n", shard.how.c_str());
+    if (shard.sharded) part = std::move(shard.dataset);
+  }
+  const data::Dataset& source = part ? *part : train;
+  const int64_t card = source.cardinality();
   if (card == data::kInfiniteCardinality && opts.steps_per_epoch <= 0)
     throw InvalidArgumentError("fit: the dataset is infinite (repeat()): give steps_per_epoch");
   const int64_t steps = opts.steps_per_epoch > 0 ? opts.steps_per_epoch : std::max<int64_t>(card, 0);
@@ -379,23 +391,46 @@ History Model::fit(const data::Dataset& train, FitOptions opts) {
       // A fresh pass per epoch is pass `epoch` (Dataset::iterator(pass)): its shuffle
       // order depends on the epoch only, so a resumed run skips exactly the batches
       // the interrupted one finished.
-      if (opts.steps_per_epoch <= 0) it.emplace(train.iterator(static_cast<uint64_t>(epoch)));
-      else if (!it) it.emplace(train.iterator());
+      if (opts.steps_per_epoch <= 0) it.emplace(source.iterator(static_cast<uint64_t>(epoch)));
+      else if (!it) it.emplace(source.iterator());
       for (int64_t s = 0; s < step_in_epoch && it->next(&e); ++s) ++taken;
     }
     if (opts.steps_per_epoch > 0 && taken >= opts.steps_per_epoch) return false;
     if (!it->next(&e)) {
       if (opts.steps_per_epoch <= 0) return false;
-      it.emplace(train.iterator());  // the pass ended before steps_per_epoch: start another
+      it.emplace(source.iterator());  // the pass ended before steps_per_epoch: start another
       if (!it->next(&e)) throw InvalidArgumentError("fit: the dataset is empty");
     }
     ++taken;
     split_batch(e, bx, by, "fit");
     return true;
   };
+  std::vector<Tensor> empty_x, empty_y;  // 0 rows of this worker's batches
+  auto next_part = [&](int epoch, std::vector<Tensor>* bx, std::vector<Tensor>* by) {
+    const bool got = next_batch(epoch, bx, by);
+    const int64_t rows = strategy_->sum_over_workers(got ? bx->at(0).dim(0) : 0);
+    if (rows == 0) return false;  // every worker's part has ended
+    if (got && empty_x.empty()) {
+      empty_x = take_rows(*bx, 0, 0);
+      empty_y = take_rows(*by, 0, 0);
+    } else if (!got) {
+      if (empty_x.empty())
+        throw FailedPreconditionError(detail::str_cat("fit: worker ", strategy_->worker_rank(),
+                                                      "'s part of the dataset is empty while others have batches"));
+      *bx = empty_x;
+      *by = empty_y;
+    }
+    worker_batch_rows_ = rows;
+    return true;
+  };
   std::function<Logs()> validate;
   if (opts.validation_data) validate = [&] { return evaluate(*opts.validation_data); };
-  return fit_loop(next_batch, steps, validate, opts);
+  if (!part) return fit_loop(next_batch, steps, validate, opts);
+  struct Reset {
+    int64_t& rows;
+    ~Reset() { rows = 0; }
+  } reset{worker_batch_rows_};
+  return fit_loop(next_part, steps, validate, opts);
 }
 
 History Model::fit_loop(const NextBatchFn& next_batch, int64_t steps, const std::function<Logs()>& validate,
@@ -435,7 +470,7 @@ History Model::fit_loop(const NextBatchFn& next_batch, int64_t steps, const std:
       wait += std::chrono::duration<double>(clock::now() - w0).count();
       Logs batch_logs;
       for (auto& c : cbs) c->on_train_batch_begin(b, batch_logs);
-      const int64_t rows = bx.at(0).dim(0);
+      const int64_t rows = worker_batch_rows_ > 0 ? worker_batch_rows_ : bx.at(0).dim(0);  // the global batch's
       Logs step_logs = train_step(bx, by);
       loss_mean.add(step_logs["loss"], static_cast<double>(rows));
       samples += rows;

@@ -6,7 +6,8 @@
 // gradient), the optimizer update of the replica's copies (its own traced update), and
 // an all-reduce (mean) of the non-trainable float weights the forward changed
 // (BatchNormalization's moving statistics), so the copies stay equal. Metrics see the
-// whole global batch (across workers: the predictions are gathered).
+// whole global batch (across workers: the predictions are gathered, and the targets too
+// when each worker passed its own part of the batch: fit on an auto-sharded Dataset).
 #include <mutex>
 
 #include "kiln/distribute/strategy.h"
@@ -24,13 +25,18 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
   if (x.empty() || y.empty()) throw InvalidArgumentError("train_step: a batch needs inputs and targets");
   std::vector<Tensor> batch = x;
   batch.insert(batch.end(), y.begin(), y.end());
-  std::vector<std::vector<Tensor>> shards = strategy.split_batch(batch);  // InvalidArgumentError: unequal rows
-  const int64_t rows = x[0].dim(0);
+  // The global batch, or (fit on an auto-sharded Dataset) this worker's part of it.
+  const auto of = worker_batch_rows_ > 0 ? distribute::Strategy::BatchOf::kWorker : distribute::Strategy::BatchOf::kJob;
+  std::vector<std::vector<Tensor>> shards = strategy.split_batch(batch, of);  // InvalidArgumentError: unequal rows
+  const int64_t rows = worker_batch_rows_ > 0 ? worker_batch_rows_ : x[0].dim(0);  // the global batch's
   if (rows == 0) throw InvalidArgumentError("train_step: an empty batch");
-  const std::vector<int64_t> shard_rows = strategy.shard_rows(rows);
+  const std::vector<int64_t> shard_rows = strategy.shard_rows(x[0].dim(0), of);
   const size_t nx = x.size();
 
   if (replica_grad_fns_.empty()) {
+    if (x[0].dim(0) == 0)
+      throw FailedPreconditionError(detail::str_cat("train_step: worker ", strategy.worker_rank(),
+                                                    " has no rows of the first batch (the model is built from them)"));
     // Layers and optimizer slots are made once, on this thread (a layer built on the
     // replica threads would make one set of weights per replica), then mirrored.
     DeviceScope scope(device_);
@@ -162,7 +168,10 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
       if (shard_rows[ri] > 0) mine.push_back(preds[ri].at(0).to(Device::cpu()));
     const Tensor local = mine.empty() ? Tensor() : mine.size() == 1 ? mine[0] : ops::concat(mine, 0);
     const Tensor all = strategy.all_gather_rows(local);
-    for (auto& m : metrics_) m->update(y.at(0), all);
+    // Each worker's own targets when it passed its part of the batch.
+    const Tensor labels = of == distribute::Strategy::BatchOf::kJob ? y.at(0)
+                          : strategy.all_gather_rows(x[0].dim(0) > 0 ? y.at(0) : Tensor());
+    for (auto& m : metrics_) m->update(labels, all);
   }
   logs["loss"] = losses[0].item<double>();
   return logs;

@@ -2,7 +2,9 @@
 // device: same seed, same data order, same global batch. The replicas' gradients are
 // all-reduced weighted by shard size, so the two runs differ by float summation order
 // only; the bound is stated per test. Every replica's copies stay bit-identical.
+#include <atomic>
 #include <cmath>
+#include <functional>
 #include <thread>
 
 #include "kiln/autodiff/tape.h"
@@ -239,11 +241,8 @@ TEST(MirroredFit, BadBatchesAreTypedErrors) {
 
 // Two workers as threads of this process (each its own model and
 // MultiWorkerMirroredStrategy, over loopback TCP) against one device.
-TEST(MultiWorkerFit, TwoWorkersEqualOneDevice) {
-  Data d = data(320, Shape{20}, 8);
-  ModelPtr one = mlp(), w0 = mlp(), w1 = mlp();
-  compile(*one, nullptr);
-  History h1 = one->fit(d.x, d.y, fit_options(2, 64));
+// Two workers as threads over loopback, one replica each: `fit(model, rank)` on w0 and w1.
+std::vector<History> on_two_workers(Model& w0, Model& w1, const std::function<History(Model&, int)>& fit) {
   const int port = kiln::testing::free_port();
   std::vector<History> hist(2);
   std::vector<std::string> errors(2);
@@ -259,21 +258,65 @@ TEST(MultiWorkerFit, TwoWorkersEqualOneDevice) {
         auto s = distribute::MultiWorkerMirroredStrategy::create(c, {Device{DeviceType::kCPU, r}}, 30);
         EXPECT_EQ(s->num_replicas_in_sync(), 2);
         EXPECT_EQ(s->num_local_replicas(), 1);
-        Model& m = r == 0 ? *w0 : *w1;
+        Model& m = r == 0 ? w0 : w1;
         compile(m, s);
-        hist[static_cast<size_t>(r)] = m.fit(d.x, d.y, fit_options(2, 64));
+        hist[static_cast<size_t>(r)] = fit(m, r);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(r)] = e.what();
       }
     });
   for (auto& t : workers) t.join();
-  ASSERT_EQ(errors, (std::vector<std::string>{"", ""}));
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  return hist;
+}
+
+TEST(MultiWorkerFit, TwoWorkersEqualOneDevice) {
+  Data d = data(320, Shape{20}, 8);
+  ModelPtr one = mlp(), w0 = mlp(), w1 = mlp();
+  compile(*one, nullptr);
+  History h1 = one->fit(d.x, d.y, fit_options(2, 64));
+  std::vector<History> hist = on_two_workers(*w0, *w1, [&](Model& m, int) { return m.fit(d.x, d.y, fit_options(2, 64)); });
+  ASSERT_EQ(hist[1].at("loss").size(), 2u);
   EXPECT_LT(max_diff(*one, *w0), 1e-5);
   EXPECT_EQ(max_diff(*w0, *w1), 0.0);  // every worker applies the same update
   EXPECT_DOUBLE_EQ(hist[0].at("loss").back(), hist[1].at("loss").back());  // the job's loss, on every worker
   // Metrics of the global batches (the workers' predictions gathered), on every worker.
   EXPECT_EQ(hist[0].at("accuracy"), hist[1].at("accuracy"));
   EXPECT_NEAR(hist[0].at("accuracy").back(), h1.at("accuracy").back(), 1e-9);
+}
+
+// fit(Dataset) on two workers: each reads its part of every global batch (auto-sharded by
+// elements: the map under the batch runs on half the elements per worker), and the run
+// equals one process reading the global batches. 321 rows in batches of 64: the last
+// global batch has one row, so worker 1's part ends a step early and it passes an empty
+// batch to that step.
+TEST(MultiWorkerFit, AutoShardedDatasetEqualsOneProcess) {
+  Data d = data(321, Shape{20}, 12);
+  std::atomic<int> maps{0};
+  auto ds = data::Dataset::from_tensor_slices({d.x, d.y})
+                .shuffle(321, 6)
+                .map([&maps](const data::Element& e) {
+                  ++maps;
+                  return e;
+                })
+                .batch(64)
+                .prefetch(2);
+  ModelPtr one = mlp(), w0 = mlp(), w1 = mlp();
+  compile(*one, nullptr);
+  FitOptions fo = fit_options(2, 64);
+  History h1 = one->fit(ds, fo);
+  EXPECT_EQ(maps.load(), 2 * 321);
+  maps = 0;
+  std::vector<History> hist = on_two_workers(*w0, *w1, [&](Model& m, int) { return m.fit(ds, fo); });
+  EXPECT_EQ(maps.load(), 2 * 321) << "each element is read by one worker";
+  ASSERT_EQ(hist[1].at("loss").size(), 2u);
+  EXPECT_LT(max_diff(*one, *w0), 1e-5);
+  EXPECT_EQ(max_diff(*w0, *w1), 0.0);
+  for (int w = 0; w < 2; ++w) {
+    // Metrics of each global batch: the workers' predictions and targets, gathered.
+    EXPECT_EQ(hist[static_cast<size_t>(w)].at("accuracy"), h1.at("accuracy"));
+    EXPECT_NEAR(hist[static_cast<size_t>(w)].at("loss").back(), h1.at("loss").back(), 1e-5);
+  }
 }
 
 // A custom training loop (tf.distribute's strategy.run): per-replica gradients,

@@ -44,10 +44,23 @@ inline constexpr int64_t kUnknownCardinality = -2;
 
 // Resource limits for AUTOTUNE, set with Dataset::with_options (applies to the
 // transformations upstream of it, and to those downstream unless they set their own).
+// How Dataset::shard_for_worker splits a pipeline among data-parallel workers
+// (tf.data.experimental.AutoShardPolicy).
+enum class AutoShardPolicy : uint8_t {
+  kAuto,  // by files where a list_files source has at least one file per worker, else by elements
+  kFile,  // by files, or an InvalidArgumentError saying why not
+  kData,  // by elements
+  kOff,   // no sharding: every worker reads every global batch and takes its rows of it
+};
+
 struct PipelineOptions {
   int cpu_budget = 0;             // threads; 0: std::thread::hardware_concurrency()
   int64_t ram_budget_bytes = 0;   // prefetch/shuffle-free buffer bytes; 0: physical RAM / 8
+  AutoShardPolicy auto_shard_policy = AutoShardPolicy::kAuto;
 };
+
+// One worker's part of a pipeline of global batches (Dataset::shard_for_worker).
+struct WorkerShard;
 
 // One pass over a dataset. Not copyable; movable.
 // Thread-safety: next() may be called from several threads at once (calls are
@@ -169,8 +182,28 @@ class Dataset {
   Dataset shard(int64_t num_shards, int64_t index) const;
   // Maps each element to a dataset and interleaves their elements.
   Dataset interleave(InterleaveFn fn, InterleaveOptions options = {}) const;
-  // Sets the AUTOTUNE budgets of this pipeline.
+  // Sets the AUTOTUNE budgets (and the auto-shard policy) of this pipeline.
   Dataset with_options(PipelineOptions options) const;
+
+  // ---- data-parallel workers ----
+  // The part of this pipeline of global batches (its last batch() makes them) that
+  // worker `index` of `num_workers` reads, as tf.distribute's auto-sharding does, by the
+  // pipeline's auto_shard_policy (with_options; default kAuto):
+  //  - by files: a shard(num_workers, index) after the list_files source under the
+  //    batch (tfrecord_dataset's too): each worker reads its files only (at least one
+  //    file per worker; a shuffled file list must have the same seed on every worker);
+  //  - by elements: a shard(num_workers, index) right under the batch, below the
+  //    ordered one-to-one transformations there (map, prefetch), which so run on the
+  //    worker's elements only: global batch k of the pipeline is then exactly the union
+  //    of the workers' batches k (worker i has its elements i, i+num_workers, ...), so
+  //    training matches one process reading the global batches.
+  // Either way the batch size becomes batch_size / num_workers (global batch = per-
+  // worker batch x workers; a drop_remainder pipeline also keeps its number of batches).
+  // Not sharded (`sharded` false, the pipeline returned whole, `how` says why): policy
+  // kOff, one worker, no batch() reachable through single-input transformations, a
+  // batch size that num_workers does not divide; with kFile those are errors
+  // (InvalidArgumentError), as is a pipeline without enough files.
+  WorkerShard shard_for_worker(int64_t num_workers, int64_t index) const;
 
   // ---- inspection and iteration ----
   // Empty (no components) when unknown, e.g. after a map without output_spec.
@@ -192,6 +225,12 @@ class Dataset {
 
  private:
   std::shared_ptr<const DatasetNode> node_;
+};
+
+struct WorkerShard {
+  Dataset dataset;
+  bool sharded = false;  // false: `dataset` is the whole pipeline
+  std::string how;       // what was done, or why not (for logs)
 };
 
 inline Iterator::Cursor begin(Iterator& it) { return Iterator::Cursor(&it); }

@@ -31,7 +31,8 @@
 // MultiWorkerMirroredStrategy: N processes (workers, kiln/distribute/cluster.h), each
 // with its local replicas; replica r of worker w is replica w x local + r of the job.
 // Every worker passes the same global batch (same data, same shuffle seed) and takes its
-// replicas' shards of it; gradients are reduced in the process first, then summed across
+// replicas' shards of it, or, fitting a Dataset, reads its own part of each global batch
+// (data::Dataset::shard_for_worker: by files or by elements); gradients are reduced in the process first, then summed across
 // the workers over Gloo (worker_group.h), so every replica of every worker applies the
 // same update. Variables start from the chief's (worker 0's) values, broadcast when they
 // are mirrored. A worker that dies or hangs makes the others fail with UnavailableError
@@ -119,13 +120,19 @@ class Strategy {
   // Gives every variable one copy per local replica device, each equal to copy 0
   // (Variable::mirror); with several workers, copy 0 first becomes the chief's value.
   void mirror(const std::vector<Variable>& vars) const;
-  // Splits the rows (dim 0) of every tensor of a global batch into one shard per replica
-  // of the job (see the top of this file) and returns this process's: shards[r][i] is
-  // tensor i's rows for local replica r, on its device (rows 0 x ... when it gets none).
-  // The tensors must agree on their row count (InvalidArgumentError).
-  std::vector<std::vector<Tensor>> split_batch(const std::vector<Tensor>& batch) const;
-  // The row count of each local replica's shard of a global batch of `rows`.
-  std::vector<int64_t> shard_rows(int64_t rows) const;
+  // Splits the rows (dim 0) of every tensor of a batch into one shard per replica and
+  // returns this process's: shards[r][i] is tensor i's rows for local replica r, on its
+  // device (rows 0 x ... when it gets none). A kJob batch is the global batch, every
+  // worker's the same, split among every replica of the job (see the top of this file);
+  // a kWorker batch is this worker's own part of it (an auto-sharded Dataset's), split
+  // among its local replicas. The tensors must agree on their row count
+  // (InvalidArgumentError).
+  enum class BatchOf { kJob, kWorker };
+  std::vector<std::vector<Tensor>> split_batch(const std::vector<Tensor>& batch, BatchOf of = BatchOf::kJob) const;
+  // The row count of each local replica's shard of such a batch of `rows`.
+  std::vector<int64_t> shard_rows(int64_t rows, BatchOf of = BatchOf::kJob) const;
+  // The sum of every worker's `value` (`value` in one process); every worker calls it.
+  int64_t sum_over_workers(int64_t value) const;
   // Every worker's `local` rows concatenated in worker order, on the host (the job's
   // predictions for a global batch, for metrics). Every worker calls it; one with no rows
   // passes an undefined tensor. `local` itself in one process.

@@ -244,6 +244,9 @@ class Model : public Layer {
   std::shared_ptr<distribute::Strategy> strategy_;  // CompileOptions::strategy
   // Under a strategy, per replica: the traced forward + gradients, and the traced update.
   std::vector<std::shared_ptr<kiln::Function>> replica_grad_fns_, replica_apply_fns_;
+  // > 0 while fit reads an auto-sharded Dataset under several workers: each worker's
+  // batch is its own part of the step's global batch of this many rows.
+  int64_t worker_batch_rows_ = 0;
 };
 using ModelPtr = std::shared_ptr<Model>;
 
