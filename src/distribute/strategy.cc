@@ -12,6 +12,7 @@
 #include "distribute/local_collective.h"
 #include "distribute/worker_group.h"
 #include "kiln/distribute/cluster.h"
+#include "kiln/core/cross_replica.h"
 #include "kiln/core/parallel.h"
 
 namespace kiln::distribute {
@@ -128,6 +129,12 @@ void Strategy::run(const std::function<void(ReplicaContext&)>& fn) {
   const int n = num_replicas_in_sync(), first = worker_rank() * num_local_replicas();
   threads_->run([&](int r) {
     ReplicaContext ctx(r, first, n, devices_[static_cast<size_t>(r)], collective_.get());
+    // ops::cross_replica_sum in the replica's model (synchronized BatchNormalization).
+    CrossReplicaSumScope cross_replica([&ctx](const Tensor& x) {
+      std::vector<Tensor> t{x};
+      ctx.all_reduce(t);
+      return t[0];
+    });
     fn(ctx);
   });
 }
@@ -205,11 +212,14 @@ std::vector<int64_t> Strategy::shard_rows(int64_t rows, BatchOf of) const {
   return out;
 }
 
-int64_t Strategy::sum_over_workers(int64_t value) const {
-  if (!workers_) return value;
-  std::vector<Tensor> t = {Tensor::scalar<double>(static_cast<double>(value))};  // exact below 2^53
+std::vector<int64_t> Strategy::sum_over_workers(std::vector<int64_t> values) const {
+  if (!workers_ || values.empty()) return values;
+  std::vector<double> d(values.begin(), values.end());  // exact below 2^53
+  std::vector<Tensor> t = {Tensor::from_vector<double>(d, {static_cast<int64_t>(d.size())})};
   workers_->all_reduce_sum(t);
-  return static_cast<int64_t>(t[0].item<double>());
+  d = t[0].to_vector<double>();
+  for (size_t i = 0; i < d.size(); ++i) values[i] = static_cast<int64_t>(d[i]);
+  return values;
 }
 
 Tensor Strategy::all_gather_rows(const Tensor& local) const {

@@ -288,6 +288,12 @@ Variable Layer::add_weight(const std::string& name, const Shape& shape, const In
   return var;
 }
 
+bool Layer::syncs_replicas() const {
+  for (const LayerPtr& l : sublayers_)
+    if (l->syncs_replicas()) return true;
+  return false;
+}
+
 void Layer::track(LayerPtr sub) {
   if (!sub) detail::layer_error(*this, "track: the sublayer is null");
   if (sub.get() == this) detail::layer_error(*this, "track: a layer cannot contain itself");

@@ -24,6 +24,7 @@ class BatchNormLayer final : public UnaryLayer {
     KILN_CHECK_ARG(opts.epsilon >= 0, "BatchNormalization: epsilon must be >= 0, got ", opts.epsilon);
   }
   std::string type() const override { return "BatchNormalization"; }
+  bool syncs_replicas() const override { return opts_.synchronized; }
 
  protected:
   void build(const std::vector<Shape>& shapes) override {
@@ -52,7 +53,8 @@ class BatchNormLayer final : public UnaryLayer {
     // behaviour), so fine-tuning does not disturb the statistics it was trained with.
     if (!training || !trainable())
       return ops::batch_norm_inference(x, moving_mean_.value(), moving_var_.value(), gamma, beta, opts_.epsilon, axis_);
-    ops::BatchNormTrainingResult r = ops::batch_norm_training(x, gamma, beta, opts_.epsilon, axis_);
+    ops::BatchNormTrainingResult r =
+        opts_.synchronized ? synchronized_training(x, gamma, beta) : ops::batch_norm_training(x, gamma, beta, opts_.epsilon, axis_);
     // The moving-average update is a side effect, not part of the loss: cut from the
     // tape (an op, so a traced step computes it from each batch).
     update(moving_mean_, ops::stop_gradient(r.mean));
@@ -61,6 +63,24 @@ class BatchNormLayer final : public UnaryLayer {
   }
 
  private:
+  // The global batch's statistics: the sum and row count over every replica give the
+  // mean, then the squared deviations from it summed over every replica the (biased)
+  // variance; y from them by batch_norm_inference, whose gradient reaches x through both.
+  ops::BatchNormTrainingResult synchronized_training(const Tensor& x, const Tensor& gamma, const Tensor& beta) const {
+    std::vector<int64_t> others, stat_shape(static_cast<size_t>(rank_), 1);
+    for (int d = 0; d < rank_; ++d)
+      if (d != axis_) others.push_back(d);
+    stat_shape[static_cast<size_t>(axis_)] = channels_;
+    const Tensor count =
+        ops::reshape(ops::scalar(static_cast<double>(x.numel() / channels_), x.dtype()), {1});
+    const Tensor sums = ops::cross_replica_sum(ops::concat({ops::sum(x, others), count}, 0));  // [C + 1]
+    const Tensor n = ops::slice(sums, {channels_}, {1});
+    const Tensor mean = ops::div(ops::slice(sums, {0}, {channels_}), n);
+    const Tensor dev = ops::sub(x, ops::reshape(mean, stat_shape));
+    const Tensor var = ops::div(ops::cross_replica_sum(ops::sum(ops::square(dev), others)), n);
+    return {ops::batch_norm_inference(x, mean, var, gamma, beta, opts_.epsilon, axis_), mean, var};
+  }
+
   void update(const Variable& moving, const Tensor& batch) const {
     const Tensor& old = moving.peek();
     const double m = opts_.momentum;

@@ -221,13 +221,14 @@ Tensor Model::total_loss(const std::vector<Tensor>& y, const std::vector<Tensor>
   return total;
 }
 
-Model::Gradients Model::gradients(const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
+Model::Gradients Model::gradients(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const Tensor& weight) {
   Gradients g;
   GradientTape tape;
   g.preds = (*this)(x, /*training=*/true);
   g.loss = total_loss(y, g.preds);
   Tensor objective = g.loss;
   for (const Tensor& r : regularization_losses()) objective = objective + r;
+  if (weight.defined()) objective = ops::mul(objective, ops::cast(weight, objective.dtype()));
   g.vars = trainable_weights();
   g.grads = tape.gradient(opts_.optimizer->scale_loss(objective), g.vars);
   return g;
@@ -406,10 +407,18 @@ History Model::fit(const data::Dataset& train, FitOptions opts) {
     return true;
   };
   std::vector<Tensor> empty_x, empty_y;  // 0 rows of this worker's batches
+  const bool syncs = syncs_replicas();
   auto next_part = [&](int epoch, std::vector<Tensor>* bx, std::vector<Tensor>* by) {
     const bool got = next_batch(epoch, bx, by);
-    const int64_t rows = strategy_->sum_over_workers(got ? bx->at(0).dim(0) : 0);
+    const int64_t mine = got ? bx->at(0).dim(0) : 0;
+    // The rows of the global batch, and how many replicas of the job get some.
+    const std::vector<int64_t> sums =
+        strategy_->sum_over_workers({mine, std::min<int64_t>(mine, strategy_->num_local_replicas())});
+    const int64_t rows = sums[0];
     if (rows == 0) return false;  // every worker's part has ended
+    // Synchronized statistics need every replica in every step: the epoch ends with the
+    // first batch that would leave one without rows.
+    if (syncs && sums[1] < strategy_->num_replicas_in_sync()) return false;
     if (got && empty_x.empty()) {
       empty_x = take_rows(*bx, 0, 0);
       empty_y = take_rows(*by, 0, 0);

@@ -13,6 +13,7 @@
 #include "kiln/distribute/strategy.h"
 #include "kiln/graph/function.h"
 #include "kiln/ops/creation.h"
+#include "kiln/ops/elementwise.h"
 #include "kiln/ops/shape.h"
 #include "kiln/train/device_scope.h"
 #include "kiln/train/model.h"
@@ -32,6 +33,16 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
   if (rows == 0) throw InvalidArgumentError("train_step: an empty batch");
   const std::vector<int64_t> shard_rows = strategy.shard_rows(x[0].dim(0), of);
   const size_t nx = x.size();
+  // Synchronized statistics (BatchNormalization(synchronized)) make each replica's loss
+  // depend on every replica's rows: the gradients are then those of the job's objective
+  // only when each replica's objective carries its weight rows_r / rows itself (the
+  // collectives' gradients sum the replicas' upstream gradients), and every replica must
+  // run the model in every step.
+  const bool syncs = syncs_replicas();
+  if (syncs && rows < strategy.num_replicas_in_sync())
+    throw InvalidArgumentError(detail::str_cat("train_step: a batch of ", rows, " rows for ",
+                                               strategy.num_replicas_in_sync(),
+                                               " replicas: synchronized batch statistics need a row on every replica"));
 
   if (replica_grad_fns_.empty()) {
     if (x[0].dim(0) == 0)
@@ -77,11 +88,15 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
     std::vector<Variable> vars = trainable_weights();
     std::vector<Tensor> grads;
     Tensor loss;
+    const double weight = static_cast<double>(shard_rows[ri]) / static_cast<double>(rows);
+    const Tensor in_graph = Tensor::scalar<float>(syncs ? static_cast<float>(weight) : 1.0f).to(ctx.device());
     if (shard_rows[ri] == 0) {  // fewer rows than replicas: this one adds nothing
       for (const Variable& v : vars) grads.push_back(Tensor::zeros(v.shape(), v.dtype(), ctx.device()));
       loss = Tensor::zeros({}, DType::kF32, ctx.device());
     } else if (traced) {
-      std::vector<Tensor> out = (*replica_grad_fns_[ri])(shard);
+      std::vector<Tensor> args = shard;
+      args.push_back(in_graph);
+      std::vector<Tensor> out = (*replica_grad_fns_[ri])(args);
       loss = out[0];
       const size_t np = out.size() - 1 - vars.size();
       preds[ri].assign(out.begin() + 1, out.begin() + 1 + static_cast<std::ptrdiff_t>(np));
@@ -89,7 +104,7 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
     } else {
       std::vector<Tensor> xs(shard.begin(), shard.begin() + static_cast<std::ptrdiff_t>(nx));
       std::vector<Tensor> ys(shard.begin() + static_cast<std::ptrdiff_t>(nx), shard.end());
-      Gradients g = gradients(xs, ys);
+      Gradients g = gradients(xs, ys, in_graph);
       loss = g.loss;
       preds[ri] = g.preds;
       grads = g.grads;
@@ -98,8 +113,8 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
     }
     // The loss rides along: the batch's mean loss over every replica of the job.
     grads.push_back(loss.dtype() == DType::kF64 ? loss : loss.to(DType::kF32));
-    ctx.all_reduce(grads, distribute::ReduceOp::kSum,
-                   static_cast<double>(shard_rows[ri]) / static_cast<double>(rows));
+    if (syncs) grads.back() = ops::mul(grads.back(), ops::scalar(weight, grads.back().dtype()));
+    ctx.all_reduce(grads, distribute::ReduceOp::kSum, syncs ? 1.0 : weight);
     losses[ri] = grads.back();
     grads.pop_back();
     if (traced) {
@@ -132,10 +147,10 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
       FunctionOptions fn_opts;
       fn_opts.name = name() + "_train_step_replica" + std::to_string(r);
       replica_grad_fns_[static_cast<size_t>(r)] = std::make_shared<Function>(
-          [this, nx](const std::vector<Tensor>& a) {
+          [this, nx](const std::vector<Tensor>& a) {  // inputs, targets, the objective's weight
             std::vector<Tensor> xs(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(nx));
-            std::vector<Tensor> ys(a.begin() + static_cast<std::ptrdiff_t>(nx), a.end());
-            Gradients g = gradients(xs, ys);
+            std::vector<Tensor> ys(a.begin() + static_cast<std::ptrdiff_t>(nx), a.end() - 1);
+            Gradients g = gradients(xs, ys, a.back());
             std::vector<Tensor> out{g.loss};
             out.insert(out.end(), g.preds.begin(), g.preds.end());
             for (size_t i = 0; i < g.grads.size(); ++i)

@@ -2,9 +2,11 @@
 // (values, order, errors), batch splitting, mirrored variables.
 #include <stdexcept>
 
+#include "kiln/autodiff/tape.h"
 #include "kiln/autodiff/variable.h"
 #include "kiln/core/device_config.h"
 #include "kiln/distribute/strategy.h"
+#include "kiln/ops.h"
 #include "test_util.h"
 
 // `stmt` throws `type` with a message containing `substr`.
@@ -205,6 +207,29 @@ TEST(MirroredStrategy, MirroredVariablesResolvePerReplica) {
   Variable u(Tensor::scalar<float>(5), "u");
   ReplicaScope r1(1);
   EXPECT_EQ(u.peek().item<float>(), 5.0f);
+}
+
+// ops::cross_replica_sum inside run(): the sum over the replicas, forward, and the sum of
+// the replicas' upstream gradients, backward (each replica's objective depends on every
+// replica's input).
+TEST(MirroredStrategy, CrossReplicaSumInsideRun) {
+  auto s = MirroredStrategy::create("cpu:0,cpu:1");
+  Variable w(Tensor::from_vector<float>({1, 2}, {2}), "w");
+  s->mirror({w});
+  std::vector<std::vector<float>> ys(2), gs(2);
+  s->run([&](ReplicaContext& ctx) {
+    const float c = static_cast<float>(ctx.replica_id() + 1);  // replica r holds (r + 1) w
+    GradientTape tape;
+    const Tensor y = ops::cross_replica_sum(ops::mul(w.value(), ops::scalar(c, DType::kF32)));
+    const Tensor loss = ops::sum(ops::mul(y, ops::scalar(10 * c, DType::kF32)));  // upstream 10 (r + 1)
+    ys[static_cast<size_t>(ctx.replica_id())] = y.to_vector<float>();
+    gs[static_cast<size_t>(ctx.replica_id())] = tape.gradient(loss, {w})[0].to_vector<float>();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ys[static_cast<size_t>(r)], (std::vector<float>{3, 6}));  // w + 2 w
+    const float g = (10 + 20) * static_cast<float>(r + 1);            // (sum of upstreams) x (r + 1)
+    EXPECT_EQ(gs[static_cast<size_t>(r)], (std::vector<float>{g, g}));
+  }
 }
 
 TEST(StrategyScope, NestsAndRestores) {

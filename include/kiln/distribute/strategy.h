@@ -111,7 +111,8 @@ class Strategy {
   void sync_workers() const;
 
   // Runs fn on every replica at once (see the top of this file) and returns when all
-  // have finished; rethrows the first error of a replica.
+  // have finished; rethrows the first error of a replica. ops::cross_replica_sum inside
+  // fn sums over every replica of the job (ReplicaContext::all_reduce).
   void run(const std::function<void(ReplicaContext&)>& fn);
   // The reduction of per-replica values (one per local replica, same shape, any
   // device; across workers too): on the host, in replica order. kMean divides by
@@ -131,8 +132,9 @@ class Strategy {
   std::vector<std::vector<Tensor>> split_batch(const std::vector<Tensor>& batch, BatchOf of = BatchOf::kJob) const;
   // The row count of each local replica's shard of such a batch of `rows`.
   std::vector<int64_t> shard_rows(int64_t rows, BatchOf of = BatchOf::kJob) const;
-  // The sum of every worker's `value` (`value` in one process); every worker calls it.
-  int64_t sum_over_workers(int64_t value) const;
+  // The sums of every worker's `values` (as many on every worker; `values` in one
+  // process); every worker calls it.
+  std::vector<int64_t> sum_over_workers(std::vector<int64_t> values) const;
   // Every worker's `local` rows concatenated in worker order, on the host (the job's
   // predictions for a global batch, for metrics). Every worker calls it; one with no rows
   // passes an undefined tensor. `local` itself in one process.

@@ -119,6 +119,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   virtual void set_trainable(bool t);
 
   const std::vector<LayerPtr>& sublayers() const { return sublayers_; }
+  // Whether training it calls collectives across a distribution strategy's replicas
+  // (synchronized BatchNormalization: ops::cross_replica_sum), so that every replica must
+  // run it in every step; by default, whether a sublayer does.
+  virtual bool syncs_replicas() const;
 
   // The dtype policy (see mixed_precision.h): the global policy when the layer was
   // constructed, or the one set here.

@@ -58,6 +58,11 @@ struct BatchNormOptions {
   double epsilon = 1e-3;
   bool center = true;
   bool scale = true;
+  // Under a distribution strategy, the batch statistics of the whole global batch (summed
+  // over the replicas with ops::cross_replica_sum, in two passes: mean, then the squared
+  // deviations from it) instead of each replica's shard's; gradients flow through the
+  // sums (Keras' synchronized=True). Alone, the same as false (one replica).
+  bool synchronized = false;
 };
 // Training: normalises with batch statistics and updates moving_mean/moving_variance
 // (moving = momentum * moving + (1 - momentum) * batch); inference: uses the moving ones.

@@ -224,7 +224,8 @@ class Model : public Layer {
     std::vector<Tensor> preds, grads;
     std::vector<Variable> vars;
   };
-  Gradients gradients(const std::vector<Tensor>& x, const std::vector<Tensor>& y);
+  // `weight` (a scalar, optional) multiplies the objective the gradients are taken of.
+  Gradients gradients(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const Tensor& weight = {});
   // train_step under CompileOptions::strategy (src/train/model_distributed.cc).
   Logs distributed_train_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y);
   // Every variable of the model and its optimizer (mirrored under a strategy).

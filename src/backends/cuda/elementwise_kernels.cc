@@ -7,6 +7,7 @@
 #include "cuda_error.h"
 #include "elementwise_launch.h"
 #include "kernel_util.h"
+#include "kiln/core/cross_replica.h"
 #include "kiln/core/kernel.h"
 
 namespace kiln::cuda {
@@ -98,6 +99,14 @@ void k_identity(OpContext& ctx) {
                                   s.stream));
 }
 
+// One replica (no collective installed on the thread): the identity. GPU replicas sum
+// over NCCL, which distribution strategies do not drive yet (they refuse CUDA devices).
+void k_cross_replica_sum(OpContext& ctx) {
+  if (cross_replica_sum_fn())
+    throw UnimplementedError("cross_replica_sum on CUDA: GPU replicas (NCCL collectives) are not built yet");
+  k_identity(ctx);
+}
+
 // ---- binary / where ----------------------------------------------------------------
 
 template <EwBinaryOp Op>
@@ -177,6 +186,8 @@ KILN_REGISTER_KERNEL("round", kCUDA, KILN_CUDA_INT_DTYPES, k_identity);
 KILN_REGISTER_KERNEL("clip", kCUDA, KILN_CUDA_NUMERIC_DTYPES, k_clip);
 KILN_REGISTER_KERNEL("where", kCUDA, KILN_CUDA_ALL_DTYPES, k_where);
 KILN_REGISTER_KERNEL("stop_gradient", kCUDA, KILN_CUDA_ALL_DTYPES, k_identity);
+KILN_REGISTER_KERNEL("cross_replica_sum", kCUDA, DType::kF32, k_cross_replica_sum);
+KILN_REGISTER_KERNEL("cross_replica_sum", kCUDA, DType::kF64, k_cross_replica_sum);
 
 }  // namespace
 }  // namespace kiln::cuda
