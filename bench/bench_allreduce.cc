@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "distribute/worker_group.h"
+#include "distribute/gloo_worker_group.h"
 #include "kiln/distribute/cluster.h"
 
 namespace {
@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
-  kiln::distribute::WorkerGroup group(kiln::distribute::ClusterSpec::from_environment(), std::chrono::seconds(60));
+  kiln::distribute::GlooWorkerGroup group(kiln::distribute::ClusterSpec::from_environment(), std::chrono::seconds(60));
   using clock = std::chrono::steady_clock;
   // 64 KiB; the mlp's gradients (235,146 floats); the cnn's (421,642); 16 MiB.
   const std::vector<std::pair<const char*, int64_t>> sizes = {

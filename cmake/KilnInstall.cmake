@@ -20,6 +20,10 @@ if(KILN_WITH_CUDA)
   # by programs that use its public API (kiln/cuda/*.h: NCCL, TF32).
   install(TARGETS kiln_cuda EXPORT kilnTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
+if(TARGET kiln_mpi)
+  # Loaded by libkiln, next to itself, when mpirun launches a multi-worker job.
+  install(TARGETS kiln_mpi LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/kiln DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
 install(FILES ${CMAKE_BINARY_DIR}/generated/kiln/core/version.h

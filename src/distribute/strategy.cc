@@ -326,18 +326,21 @@ std::shared_ptr<MirroredStrategy> MirroredStrategy::create(std::vector<Device> d
 
 std::shared_ptr<MultiWorkerMirroredStrategy> MultiWorkerMirroredStrategy::create(const ClusterSpec& cluster,
                                                                                  std::vector<Device> devices,
-                                                                                 double timeout_seconds) {
+                                                                                 double timeout_seconds,
+                                                                                 Collectives collectives) {
   check_devices(devices);
   if (!(timeout_seconds > 0))
     throw InvalidArgumentError(detail::str_cat("MultiWorkerMirroredStrategy: timeout must be > 0 s, got ",
                                                timeout_seconds));
-  auto workers = std::make_unique<WorkerGroup>(
-      cluster, std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
+  auto workers = WorkerGroup::connect(
+      cluster, std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)), collectives);
   auto s = std::shared_ptr<MultiWorkerMirroredStrategy>(new MultiWorkerMirroredStrategy(std::move(devices),
                                                                                        std::move(workers)));
   s->check_same_on_workers("local replica count", std::to_string(s->num_local_replicas()));
   return s;
 }
+
+std::string MultiWorkerMirroredStrategy::collectives() const { return workers() ? workers()->backend() : "gloo"; }
 
 std::shared_ptr<MirroredStrategy> MirroredStrategy::create(const std::string& devices) {
   std::vector<Device> list;

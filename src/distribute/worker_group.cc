@@ -1,213 +1,96 @@
 #include "distribute/worker_group.h"
 
-#include <sys/stat.h>
+#include <dlfcn.h>
 
-#include <cctype>
-#include <csignal>
 #include <cstring>
-#include <filesystem>
-#include <gloo/allgather_ring.h>
-#include <gloo/allreduce_halving_doubling.h>
-#include <gloo/barrier.h>
-#include <gloo/broadcast.h>
-#include <gloo/common/error.h>
-#include <gloo/math.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
-#include <gloo/transport/tcp/device.h>
+#include <mutex>
 
-#include "distribute/tcp_store.h"
+#include "distribute/gloo_worker_group.h"
 #include "kiln/core/error.h"
 
 namespace kiln::distribute {
 
-WorkerGroup::WorkerGroup(const ClusterSpec& cluster, std::chrono::milliseconds timeout)
-    : rank_(cluster.rank), size_(cluster.size), timeout_(timeout) {
+WorkerGroup::WorkerGroup(const ClusterSpec& cluster) : rank_(cluster.rank), size_(cluster.size) {
   if (cluster.size < 1 || cluster.rank < 0 || cluster.rank >= cluster.size)
     throw InvalidArgumentError(detail::str_cat("WorkerGroup: rank ", cluster.rank, " of ", cluster.size));
-  // Gloo writes to its sockets without MSG_NOSIGNAL: a peer that died would end this
-  // process with SIGPIPE before the write's error could say so. Ignored unless the program
-  // installed a handler of its own.
-  struct sigaction old {};
-  if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
-  if (!cluster.coordinator.empty()) {
-    store_ = std::make_unique<TcpStore>(cluster.coordinator, cluster.rank == 0, timeout);
-  } else if (!cluster.store_dir.empty()) {
-    ::mkdir(cluster.store_dir.c_str(), 0700);  // every worker tries; one wins
-    store_ = std::make_unique<gloo::rendezvous::FileStore>(cluster.store_dir);
-  } else if (cluster.size > 1) {
-    throw InvalidArgumentError("WorkerGroup: no coordinator and no store directory for " +
-                               std::to_string(cluster.size) + " workers");
-  }
-  try {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = cluster.host.empty() ? "127.0.0.1" : cluster.host;
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
-    context->setTimeout(timeout);
-    if (size_ > 1) context->connectFullMesh(*store_, device);
-    context_ = std::move(context);
-  } catch (const gloo::Exception& e) {
-    throw UnavailableError(detail::str_cat("worker ", rank_, " of ", size_, ": cannot connect the workers (",
-                                           cluster.source, "): ", e.what()));
-  }
-  // Connected: the rendezvous is over (its port and files are not needed any more).
-  barrier();
-  learn_peer_addresses();
-  store_.reset();
-  if (rank_ == 0 && !cluster.store_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(cluster.store_dir, ec);
-  }
 }
-
-struct WorkerGroup::Cached {
-  std::vector<char> in, out;
-  std::unique_ptr<gloo::Algorithm> algo;
-};
 
 WorkerGroup::~WorkerGroup() = default;
 
-WorkerGroup::Cached& WorkerGroup::cached(const std::string& key, const std::function<void(Cached&)>& make) {
-  auto it = cache_.find(key);
-  if (it != cache_.end()) return *it->second;
-  auto c = std::make_unique<Cached>();
-  guarded("setting up a collective", [&](uint32_t) { make(*c); });
-  return *cache_.emplace(key, std::move(c)).first->second;
+int64_t WorkerGroup::elements_of(const std::vector<Tensor>& tensors, DType dt) {
+  int64_t n = 0;
+  for (const Tensor& t : tensors)
+    if (t.dtype() == dt) n += t.numel();
+  return n;
 }
 
-void WorkerGroup::learn_peer_addresses() {
-  if (size_ == 1) return;
-  // Each worker's pair toward worker p has an address of its own (its listening socket in
-  // this Gloo; one per device in later ones): gather every worker's list, keep the
-  // entries toward this worker.
-  std::string mine;
-  for (int p = 0; p < size_; ++p) mine += (p == rank_ ? std::string() : context_->getPair(p)->address().str()) + "\n";
-  const std::vector<std::string> all = all_gather(mine);
-  peer_addresses_.assign(static_cast<size_t>(size_), std::string());
-  for (int r = 0; r < size_; ++r) {
-    size_t b = 0;
-    for (int p = 0; p < rank_ && b != std::string::npos; ++p) b = all[static_cast<size_t>(r)].find('\n', b) + 1;
-    const size_t e = all[static_cast<size_t>(r)].find('\n', b);
-    if (r != rank_ && e != std::string::npos) peer_addresses_[static_cast<size_t>(r)] = all[static_cast<size_t>(r)].substr(b, e - b);
-  }
-}
-
-int WorkerGroup::peer_named_in(const std::string& message) const {
-  for (size_t r = 0; r < peer_addresses_.size(); ++r) {
-    const std::string& a = peer_addresses_[r];
-    if (a.empty()) continue;
-    for (size_t at = message.find(a); at != std::string::npos; at = message.find(a, at + 1)) {
-      const size_t end = at + a.size();  // "[host]:port", not a longer port
-      if (end == message.size() || !std::isdigit(static_cast<unsigned char>(message[end]))) return static_cast<int>(r);
+void WorkerGroup::pack(const std::vector<Tensor>& tensors, DType dt, char* flat) {
+  for (const Tensor& t : tensors)
+    if (t.dtype() == dt) {
+      std::memcpy(flat, t.raw_data(), t.nbytes());
+      flat += t.nbytes();
     }
-  }
-  return -1;
 }
 
-template <class F>
-void WorkerGroup::guarded(const char* what, F&& op) {
-  if (size_ == 1) return;
-  try {
-    op(tag_++);
-  } catch (const gloo::Exception& e) {
-    // Gloo's message names the peer's address: say which worker that is, what kiln was
-    // doing and what it means.
-    const int lost = peer_named_in(e.what());
-    const std::string who = lost < 0 ? std::string("another worker") : detail::str_cat("worker ", lost);
-    throw UnavailableError(detail::str_cat("worker ", rank_, " of ", size_, ": ", what, " failed within ",
-                                           timeout_.count() / 1000.0, " s: ", who,
-                                           " died, hangs or lost the network (", e.what(), ")"));
-  }
+void WorkerGroup::unpack(const char* flat, DType dt, std::vector<Tensor>& tensors) {
+  for (Tensor& t : tensors)
+    if (t.dtype() == dt) {
+      std::memcpy(t.raw_data(), flat, t.nbytes());
+      flat += t.nbytes();
+    }
 }
 
-void WorkerGroup::all_reduce_sum(std::vector<Tensor>& tensors) {
-  // One flat buffer per dtype: one collective per step, not one per tensor.
-  for (DType dt : {DType::kF32, DType::kF64}) {
-    int64_t total = 0;
-    for (const Tensor& t : tensors)
-      if (t.dtype() == dt) total += t.numel();
-    if (total == 0) continue;
-    const size_t item = dtype_size(dt);
-    Cached& c = cached(detail::str_cat("all_reduce ", dtype_name(dt), " ", total), [&](Cached& c) {
-      c.out.resize(static_cast<size_t>(total) * item);
-      if (dt == DType::kF32)
-        c.algo = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(
-            context_, std::vector<float*>{reinterpret_cast<float*>(c.out.data())}, static_cast<int>(total));
-      else
-        c.algo = std::make_unique<gloo::AllreduceHalvingDoubling<double>>(
-            context_, std::vector<double*>{reinterpret_cast<double*>(c.out.data())}, static_cast<int>(total));
-    });
-    size_t off = 0;
-    for (const Tensor& t : tensors)
-      if (t.dtype() == dt) {
-        std::memcpy(c.out.data() + off, t.raw_data(), t.nbytes());
-        off += t.nbytes();
-      }
-    guarded("all_reduce", [&](uint32_t) { c.algo->run(); });
-    off = 0;
-    for (Tensor& t : tensors)
-      if (t.dtype() == dt) {
-        std::memcpy(t.raw_data(), c.out.data() + off, t.nbytes());
-        off += t.nbytes();
-      }
-  }
-}
+namespace {
 
-void WorkerGroup::broadcast(std::vector<Tensor>& tensors, int root) {
-  for (Tensor& t : tensors) {
-    if (t.nbytes() == 0) continue;
-    guarded("broadcast", [&](uint32_t tag) {
-      gloo::BroadcastOptions opts(context_);
-      opts.setTag(tag);
-      opts.setTimeout(timeout_);
-      opts.setRoot(root);
-      opts.setOutput(static_cast<char*>(t.raw_data()), t.nbytes());
-      gloo::broadcast(opts);
-    });
-  }
-}
-
-std::vector<std::string> WorkerGroup::all_gather(const std::string& value) {
-  if (size_ == 1) return {value};
-  // The lengths first (every worker then knows the longest), then the padded values.
-  Cached& lc = cached("all_gather lengths", [&](Cached& c) {
-    c.in.resize(sizeof(int64_t));
-    c.out.resize(sizeof(int64_t) * static_cast<size_t>(size_));
-    c.algo = std::make_unique<gloo::AllgatherRing<int64_t>>(
-        context_, std::vector<const int64_t*>{reinterpret_cast<const int64_t*>(c.in.data())},
-        reinterpret_cast<int64_t*>(c.out.data()), 1);
+// The MPI plugin (src/distribute_mpi/), next to this library: its connect function, or
+// null with the reason. Loaded once; the handle stays open.
+using MpiConnect = WorkerGroup* (*)(const ClusterSpec* cluster, std::string* error);
+MpiConnect mpi_plugin(std::string* why) {
+  static std::once_flag once;
+  static MpiConnect fn = nullptr;
+  static std::string reason;
+  std::call_once(once, [] {
+#ifdef KILN_MPI_PLUGIN
+    Dl_info info{};
+    std::string path = KILN_MPI_PLUGIN;
+    if (dladdr(reinterpret_cast<void*>(&mpi_plugin), &info) && info.dli_fname) {
+      const std::string self = info.dli_fname;
+      const size_t slash = self.rfind('/');
+      if (slash != std::string::npos) path = self.substr(0, slash + 1) + path;
+    }
+    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);  // (MPI's own plugins need its symbols global)
+    if (!lib) {
+      const char* err = dlerror();
+      reason = "the MPI plugin could not be loaded: " + std::string(err ? err : path);
+      return;
+    }
+    fn = reinterpret_cast<MpiConnect>(dlsym(lib, "kiln_mpi_connect"));
+    if (!fn) reason = path + " has no kiln_mpi_connect";
+#else
+    reason = "kiln was built without MPI (no MPI development files found)";
+#endif
   });
-  const int64_t mine = static_cast<int64_t>(value.size());
-  std::memcpy(lc.in.data(), &mine, sizeof mine);
-  guarded("all_gather", [&](uint32_t) { lc.algo->run(); });
-  std::vector<int64_t> lens(static_cast<size_t>(size_));
-  std::memcpy(lens.data(), lc.out.data(), lc.out.size());
-  int64_t longest = 1;
-  for (int64_t l : lens) longest = std::max(longest, l);
-  Cached& dc = cached(detail::str_cat("all_gather ", longest), [&](Cached& c) {
-    c.in.resize(static_cast<size_t>(longest));
-    c.out.resize(static_cast<size_t>(longest) * static_cast<size_t>(size_));
-    c.algo = std::make_unique<gloo::AllgatherRing<char>>(context_, std::vector<const char*>{c.in.data()}, c.out.data(),
-                                                         static_cast<int>(longest));
-  });
-  std::memset(dc.in.data(), 0, dc.in.size());
-  std::memcpy(dc.in.data(), value.data(), value.size());
-  guarded("all_gather", [&](uint32_t) { dc.algo->run(); });
-  std::vector<std::string> all;
-  for (int r = 0; r < size_; ++r)
-    all.emplace_back(dc.out.data() + static_cast<size_t>(r) * static_cast<size_t>(longest),
-                     static_cast<size_t>(lens[static_cast<size_t>(r)]));
-  return all;
+  if (!fn) *why = reason;
+  return fn;
 }
 
-void WorkerGroup::barrier() {
-  guarded("barrier", [&](uint32_t tag) {
-    gloo::BarrierOptions opts(context_);
-    opts.setTag(tag);
-    opts.setTimeout(timeout_);
-    gloo::barrier(opts);
-  });
+}  // namespace
+
+std::unique_ptr<WorkerGroup> WorkerGroup::connect(const ClusterSpec& cluster, std::chrono::milliseconds timeout,
+                                                  Collectives backend) {
+  if (backend != Collectives::kGloo && cluster.size > 1) {
+    std::string why;
+    if (cluster.source != "mpirun") {
+      why = "the job was not launched by mpirun (" + (cluster.source.empty() ? std::string("no launcher") : cluster.source) + ")";
+    } else if (MpiConnect fn = mpi_plugin(&why)) {
+      std::string error;
+      std::unique_ptr<WorkerGroup> g(fn(&cluster, &error));
+      if (!g) throw UnavailableError("MPI collectives: " + error);
+      return g;
+    }
+    if (backend == Collectives::kMpi) throw FailedPreconditionError("MPI collectives: " + why);
+  }
+  return std::make_unique<GlooWorkerGroup>(cluster, timeout);
 }
 
 }  // namespace kiln::distribute

@@ -1,69 +1,50 @@
 #pragma once
-// The processes of a multi-worker job, connected by Gloo (Debian's libgloo, the library
-// PyTorch's CPU collectives use): full-mesh TCP pairs made at construction through the
-// rendezvous store (TcpStore on the coordinator, or Gloo's FileStore for mpirun on one
-// host). Collectives run on host memory; each has the group's timeout, after which it
-// fails with UnavailableError naming the operation and the cause (a worker that died or
-// hangs), never a hang: the message names the lost worker's rank where Gloo's error names
-// its address. Constructing one sets SIGPIPE to ignored (unless the program has
-// its own handler), so a write to a dead peer is an error, not the end of the process.
+// The processes (workers) of a multi-worker job and the collectives among them, on host
+// memory: GlooWorkerGroup (gloo_worker_group.h: TCP, with timeouts) or, under mpirun,
+// MPI (the libkiln_mpi plugin, src/distribute_mpi/: OpenMPI's shared-memory and TCP
+// transports, 2-7x faster on one host; docs/perf-decisions/031). connect() chooses.
+// Every worker calls the same collectives in the same order. Thread-safety: one call at a
+// time per group.
 #include <chrono>
-#include <functional>
-#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kiln/core/tensor.h"
 #include "kiln/distribute/cluster.h"
-
-namespace gloo {
-class Algorithm;
-class Context;
-namespace rendezvous {
-class Store;
-}
-}  // namespace gloo
+#include "kiln/distribute/strategy.h"
 
 namespace kiln::distribute {
 
-// The hot collectives (the per-step all-reduce and all-gather) use Gloo's algorithm
-// classes over persistent buffers, made once per size: halving-doubling for the
-// all-reduce (2 workers on this VM, 1.7 MB: 1.1 ms, ring 2.1 ms; 16 floats: 76 us against
-// 334 us, with outliers of 31 ms, for gloo::allreduce's per-call buffers;
-// docs/perf-decisions/031).
 class WorkerGroup {
  public:
-  WorkerGroup(const ClusterSpec& cluster, std::chrono::milliseconds timeout);
-  ~WorkerGroup();
+  // Connects this worker to the others of `cluster` (returns when every one has joined;
+  // DeadlineExceededError / UnavailableError after `timeout`). kAuto: MPI when mpirun
+  // launched the job and the MPI plugin loads, else Gloo; kMpi where that is not so is a
+  // FailedPreconditionError saying why.
+  static std::unique_ptr<WorkerGroup> connect(const ClusterSpec& cluster, std::chrono::milliseconds timeout,
+                                              Collectives backend = Collectives::kAuto);
+  virtual ~WorkerGroup();
   int rank() const { return rank_; }
   int size() const { return size_; }
+  virtual std::string backend() const = 0;  // "gloo", "mpi"
   // In place: every worker's tensors (host, f32 or f64, the same shapes everywhere)
   // become their sum over the workers.
-  void all_reduce_sum(std::vector<Tensor>& tensors);
+  virtual void all_reduce_sum(std::vector<Tensor>& tensors) = 0;
   // In place: every worker's tensors become worker `root`'s.
-  void broadcast(std::vector<Tensor>& tensors, int root);
+  virtual void broadcast(std::vector<Tensor>& tensors, int root) = 0;
   // The bytes of `value` from every worker, in rank order (configuration checks).
-  std::vector<std::string> all_gather(const std::string& value);
-  void barrier();
+  virtual std::vector<std::string> all_gather(const std::string& value) = 0;
+  virtual void barrier() = 0;
 
- private:
-  template <class F>
-  void guarded(const char* what, F&& op);
-  // Every peer's transport address as Gloo's errors print it ("[host]:port"), by rank;
-  // the rank whose address `message` contains, or -1.
-  void learn_peer_addresses();
-  int peer_named_in(const std::string& message) const;
-  // A Gloo algorithm over persistent buffers, made the first time its key is used (every
-  // worker makes the same ones in the same order: they call the same collectives).
-  struct Cached;
-  Cached& cached(const std::string& key, const std::function<void(Cached&)>& make);
+ protected:
+  explicit WorkerGroup(const ClusterSpec& cluster);  // InvalidArgumentError: a rank outside [0, size)
+  // The elements of `tensors` of dtype `dt`, and their bytes copied to / from one flat
+  // buffer in order (one collective a step, not one a tensor).
+  static int64_t elements_of(const std::vector<Tensor>& tensors, DType dt);
+  static void pack(const std::vector<Tensor>& tensors, DType dt, char* flat);
+  static void unpack(const char* flat, DType dt, std::vector<Tensor>& tensors);
   int rank_, size_;
-  std::chrono::milliseconds timeout_;
-  std::unique_ptr<gloo::rendezvous::Store> store_;
-  std::shared_ptr<gloo::Context> context_;
-  std::map<std::string, std::unique_ptr<Cached>> cache_;
-  std::vector<std::string> peer_addresses_;
-  uint32_t tag_ = 0;
 };
 
 }  // namespace kiln::distribute

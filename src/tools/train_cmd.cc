@@ -81,6 +81,11 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   c->add_option("--worker-timeout,--worker_timeout", a.worker_timeout,
                 "multi_worker: seconds to wait for the other workers (rendezvous, each collective) before failing")
       ->check(CLI::PositiveNumber);
+  c->add_option("--collectives", a.collectives,
+                "multi_worker: the collectives between the workers: gloo (TCP, failures end within --worker-timeout), "
+                "mpi (under mpirun: shared memory on one host; mpirun stops the job when a worker dies), auto "
+                "(default: mpi under mpirun, else gloo)")
+      ->check(CLI::IsMember({"auto", "gloo", "mpi"}));
   c->add_option("--devices", a.strategy_devices,
                 "The replicas' devices for --strategy, e.g. cpu:0,cpu:1 (default: one logical CPU device per core; "
                 "the CPU is split into as many logical devices as the list needs unless --logical-devices says "
@@ -145,35 +150,35 @@ std::shared_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
   if (list.empty() && multi) list = "cpu:0";  // one replica per process, on all its cores
   if (list.empty())
     for (int i = 0; i < num_threads(); ++i) list += (i ? ",cpu:" : "cpu:") + std::to_string(i);
+  std::vector<Device> devices;
   int cpus = 0;
   for (size_t b = 0; b <= list.size();) {
     size_t e = list.find(',', b);
     if (e == std::string::npos) e = list.size();
-    const std::string item = list.substr(b, e - b);
-    if (!item.empty()) {
-      const Device d = parse_device(item);  // InvalidArgumentError
-      if (d.type == DeviceType::kCPU) cpus = std::max(cpus, d.index + 1);
+    if (e > b) {
+      devices.push_back(parse_device(list.substr(b, e - b)));  // InvalidArgumentError
+      if (devices.back().type == DeviceType::kCPU) cpus = std::max(cpus, devices.back().index + 1);
     }
     b = e + 1;
   }
+  if (devices.empty()) throw InvalidArgumentError("kiln train: no devices in --devices '" + list + "'");
   if (cpus > 1 && config::get_logical_device_configuration(Device::cpu()).empty())
     config::set_logical_device_configuration(Device::cpu(),
                                              std::vector<config::LogicalDeviceConfig>(static_cast<size_t>(cpus)));
-  if (!multi) return distribute::MirroredStrategy::create(list);
+  if (!multi) return distribute::MirroredStrategy::create(devices);
   const distribute::ClusterSpec cluster = distribute::ClusterSpec::from_environment();
   if (cluster.source.empty())
     throw InvalidArgumentError("kiln train --strategy multi_worker: no workers in the environment (run it under "
                                "mpirun, or set TF_CONFIG, or KILN_WORKERS and KILN_RANK)");
-  std::vector<Device> devices;
-  for (size_t b = 0; b <= list.size();) {
-    size_t e = list.find(',', b);
-    if (e == std::string::npos) e = list.size();
-    if (e > b) devices.push_back(parse_device(list.substr(b, e - b)));
-    b = e + 1;
-  }
+  const distribute::Collectives collectives = a.collectives == "gloo" ? distribute::Collectives::kGloo
+                                              : a.collectives == "mpi" ? distribute::Collectives::kMpi
+                                                                       : distribute::Collectives::kAuto;
   std::fprintf(stderr, "kiln train: worker %d of %d (%s), joining the others...\n", cluster.rank, cluster.size,
                cluster.source.c_str());
-  return distribute::MultiWorkerMirroredStrategy::create(cluster, devices, a.worker_timeout);
+  auto s = distribute::MultiWorkerMirroredStrategy::create(cluster, devices, a.worker_timeout, collectives);
+  std::fprintf(stderr, "kiln train: worker %d of %d: collectives over %s\n", cluster.rank, cluster.size,
+               s->collectives().c_str());
+  return s;
 }
 }  // namespace
 

@@ -36,6 +36,7 @@ struct TrainArgs {
   std::string strategy;                // --strategy mirrored: data-parallel over --devices
   std::string strategy_devices;        // --devices cpu:0,cpu:1 (default: one CPU logical device per core)
   double worker_timeout = 60;          // --worker-timeout: seconds to wait for the other workers
+  std::string collectives = "auto";    // --collectives auto|gloo|mpi (multi_worker)
 };
 
 // Adds the subcommand and its options (bound to `args`) to `app`.

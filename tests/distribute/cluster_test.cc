@@ -2,7 +2,7 @@
 // loopback, its workers threads of one process.
 #include <thread>
 
-#include "distribute/worker_group.h"
+#include "distribute/gloo_worker_group.h"
 #include "kiln/distribute/cluster.h"
 #include "kiln/distribute/strategy.h"
 #include "loopback.h"
@@ -126,7 +126,7 @@ TEST(WorkerGroup, CollectivesAcrossThreeWorkers) {
       c.size = 3;
       c.coordinator = coord;
       c.host = "127.0.0.1";
-      WorkerGroup g(c, std::chrono::seconds(20));
+      GlooWorkerGroup g(c, std::chrono::seconds(20));
       std::vector<Tensor> t = {Tensor::from_vector<float>({1.0f * r, 2.0f}, {2}),
                                Tensor::from_vector<double>({r == 2 ? 7.0 : 0.0}, {1})};
       g.all_reduce_sum(t);
@@ -160,7 +160,7 @@ TEST(WorkerGroup, TheLostWorkerIsNamed) {
       c.coordinator = coord;
       c.host = "127.0.0.1";
       try {
-        auto g = std::make_unique<WorkerGroup>(c, std::chrono::seconds(5));
+        auto g = std::make_unique<GlooWorkerGroup>(c, std::chrono::seconds(5));
         g->barrier();          // every group is made
         if (r == 2) return;  // leaves: its sockets close
         std::vector<Tensor> t = {Tensor::from_vector<float>({1.0f, 2.0f}, {2})};
@@ -181,17 +181,30 @@ TEST(WorkerGroup, TheLostWorkerIsNamed) {
   EXPECT_EQ(errors[1].find("worker 1 died"), std::string::npos) << errors[1];
 }
 
+// MPI collectives where mpirun did not launch the job: refused with the reason; kAuto
+// falls back to Gloo (one worker here: nothing to connect).
+TEST(WorkerGroup, MpiNeedsMpirun) {
+  ClusterSpec c;
+  c.size = 2;
+  c.coordinator = "127.0.0.1:1";
+  c.source = "KILN_WORKERS";
+  EXPECT_KILN_ERROR(WorkerGroup::connect(c, std::chrono::seconds(1), Collectives::kMpi), kFailedPrecondition,
+                    "MPI collectives: the job was not launched by mpirun (KILN_WORKERS)");
+  ClusterSpec one;
+  EXPECT_EQ(WorkerGroup::connect(one, std::chrono::seconds(1), Collectives::kAuto)->backend(), "gloo");
+}
+
 TEST(WorkerGroup, AMissingWorkerIsADeadlineNotAHang) {
   ClusterSpec c;
   c.rank = 0;
   c.size = 2;
   c.coordinator = "127.0.0.1:" + std::to_string(free_port());
   c.host = "127.0.0.1";
-  EXPECT_KILN_ERROR(WorkerGroup(c, std::chrono::milliseconds(800)), kDeadlineExceeded,
+  EXPECT_KILN_ERROR(GlooWorkerGroup(c, std::chrono::milliseconds(800)), kDeadlineExceeded,
                     "worker 1 did not reach the rendezvous");
   ClusterSpec w1 = c;
   w1.rank = 1;  // worker 0 never serves the store
-  EXPECT_KILN_ERROR(WorkerGroup(w1, std::chrono::milliseconds(500)), kDeadlineExceeded, "cannot reach worker 0");
+  EXPECT_KILN_ERROR(GlooWorkerGroup(w1, std::chrono::milliseconds(500)), kDeadlineExceeded, "cannot reach worker 0");
 }
 
 }  // namespace

@@ -32,11 +32,12 @@
 // with its local replicas; replica r of worker w is replica w x local + r of the job.
 // Every worker passes the same global batch (same data, same shuffle seed) and takes its
 // replicas' shards of it, or, fitting a Dataset, reads its own part of each global batch
-// (data::Dataset::shard_for_worker: by files or by elements); gradients are reduced in the process first, then summed across
-// the workers over Gloo (worker_group.h), so every replica of every worker applies the
-// same update. Variables start from the chief's (worker 0's) values, broadcast when they
-// are mirrored. A worker that dies or hangs makes the others fail with UnavailableError
-// within the timeout instead of waiting forever.
+// (data::Dataset::shard_for_worker: by files or by elements); gradients are reduced in
+// the process first, then summed across the workers (Collectives: Gloo, or MPI under
+// mpirun), so every replica of every worker applies the same update. Variables start from
+// the chief's (worker 0's) values, broadcast when they are mirrored. Over Gloo a worker
+// that dies or hangs makes the others fail with UnavailableError within the timeout
+// instead of waiting forever; under mpirun, mpirun stops the job when a worker dies.
 //
 // Errors: when one replica throws, the collectives the others wait in end with
 // CancelledError and run() rethrows the first replica's error once all have stopped;
@@ -52,6 +53,14 @@
 namespace kiln::distribute {
 
 enum class ReduceOp { kSum, kMean };
+
+// The collectives among the workers of a MultiWorkerMirroredStrategy.
+enum class Collectives {
+  kAuto,  // MPI under mpirun where the MPI plugin loads, else Gloo
+  kGloo,  // Gloo over TCP: every launcher; failures end in an error within the timeout
+  kMpi,   // MPI (mpirun only): shared memory between the workers of one host; no timeouts
+          // (mpirun stops the job when a worker dies; a stopped worker stalls it)
+};
 
 class LocalCollective;
 class WorkerGroup;
@@ -142,6 +151,7 @@ class Strategy {
 
  protected:
   Strategy(std::vector<Device> devices, std::unique_ptr<WorkerGroup> workers);
+  const WorkerGroup* workers() const { return workers_.get(); }
 
  private:
   class Threads;
@@ -169,11 +179,16 @@ class MultiWorkerMirroredStrategy final : public Strategy {
  public:
   // Connects this worker to the others of `cluster` (all workers call it; it returns
   // when every one has joined, or throws DeadlineExceededError / UnavailableError after
-  // `timeout`); `devices`: this worker's replicas, as MirroredStrategy's.
+  // `timeout`); `devices`: this worker's replicas, as MirroredStrategy's; `collectives`:
+  // see Collectives (kMpi where mpirun did not launch the job, or the plugin does not
+  // load, is a FailedPreconditionError saying why).
   static std::shared_ptr<MultiWorkerMirroredStrategy> create(const ClusterSpec& cluster,
                                                              std::vector<Device> devices = {},
-                                                             double timeout_seconds = 60);
+                                                             double timeout_seconds = 60,
+                                                             Collectives collectives = Collectives::kAuto);
   std::string name() const override { return "multi_worker_mirrored"; }
+  // "gloo" or "mpi": the collectives the workers use.
+  std::string collectives() const;
 
  private:
   using Strategy::Strategy;

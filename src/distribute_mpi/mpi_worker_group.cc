@@ -1,0 +1,114 @@
+// libkiln_mpi: the collectives of a multi-worker job launched by mpirun, over MPI
+// (Debian's OpenMPI: shared memory between the processes of one host, TCP between
+// hosts). A plugin that libkiln loads under mpirun (src/distribute/worker_group.cc), so
+// that nothing else links MPI. MPI is initialised here unless the program did
+// (MPI_THREAD_SERIALIZED: the calls come from the main thread and from a replica thread,
+// never at once) and finalised at exit. MPI has no timeouts: when a worker dies, mpirun
+// stops the job.
+#include <mpi.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "distribute/worker_group.h"
+#include "kiln/core/error.h"
+
+namespace kiln::distribute {
+namespace {
+
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw UnavailableError(std::string("MPI: ") + what + " failed: " + std::string(text, static_cast<size_t>(len)));
+}
+
+class MpiWorkerGroup final : public WorkerGroup {
+ public:
+  explicit MpiWorkerGroup(const ClusterSpec& cluster) : WorkerGroup(cluster) {}
+  std::string backend() const override { return "mpi"; }
+
+  void all_reduce_sum(std::vector<Tensor>& tensors) override {
+    for (DType dt : {DType::kF32, DType::kF64}) {
+      const int64_t n = elements_of(tensors, dt);
+      if (n == 0) continue;
+      if (n > INT32_MAX) throw InvalidArgumentError("MPI all-reduce of more than 2^31 elements");
+      flat_.resize(static_cast<size_t>(n) * dtype_size(dt));
+      pack(tensors, dt, flat_.data());
+      check(MPI_Allreduce(MPI_IN_PLACE, flat_.data(), static_cast<int>(n), dt == DType::kF32 ? MPI_FLOAT : MPI_DOUBLE,
+                          MPI_SUM, MPI_COMM_WORLD),
+            "all_reduce");
+      unpack(flat_.data(), dt, tensors);
+    }
+  }
+
+  void broadcast(std::vector<Tensor>& tensors, int root) override {
+    for (Tensor& t : tensors)
+      if (t.nbytes() > 0)
+        check(MPI_Bcast(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, root, MPI_COMM_WORLD), "broadcast");
+  }
+
+  std::vector<std::string> all_gather(const std::string& value) override {
+    const int mine = static_cast<int>(value.size());
+    std::vector<int> lens(static_cast<size_t>(size_)), offsets(static_cast<size_t>(size_));
+    check(MPI_Allgather(&mine, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "all_gather");
+    int total = 0;
+    for (size_t r = 0; r < lens.size(); ++r) {
+      offsets[r] = total;
+      total += lens[r];
+    }
+    std::string all(static_cast<size_t>(total), '\0');
+    check(MPI_Allgatherv(value.data(), mine, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR,
+                         MPI_COMM_WORLD),
+          "all_gather");
+    std::vector<std::string> out;
+    for (size_t r = 0; r < lens.size(); ++r)
+      out.push_back(all.substr(static_cast<size_t>(offsets[r]), static_cast<size_t>(lens[r])));
+    return out;
+  }
+
+  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
+
+ private:
+  std::vector<char> flat_;
+};
+
+void finalize() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+}  // namespace
+}  // namespace kiln::distribute
+
+// The plugin's entry (worker_group.cc): a group of MPI_COMM_WORLD, which must be the
+// cluster's (same size and rank), or null with the reason in `error`.
+extern "C" kiln::distribute::WorkerGroup* kiln_mpi_connect(const kiln::distribute::ClusterSpec* cluster,
+                                                           std::string* error) {
+  using namespace kiln::distribute;
+  try {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "init");
+      if (provided < MPI_THREAD_SERIALIZED)
+        throw kiln::UnavailableError("this MPI does not support calls from several threads (MPI_THREAD_SERIALIZED)");
+      std::atexit(finalize);
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);  // errors as exceptions, not aborts
+    int rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (rank != cluster->rank || size != cluster->size)
+      throw kiln::InvalidArgumentError(kiln::detail::str_cat("MPI says rank ", rank, " of ", size, ", the launcher's ",
+                                                             "variables rank ", cluster->rank, " of ", cluster->size));
+    return new MpiWorkerGroup(*cluster);
+  } catch (const std::exception& e) {
+    *error = e.what();
+    return nullptr;
+  }
+}
