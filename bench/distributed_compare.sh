@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data-parallel scaling of `kiln train` on this machine: one replica on one core against
 # two replicas on one core each, in one process (--strategy mirrored) and as two worker
-# processes over loopback TCP (--strategy multi_worker, Gloo), beside one replica using
+# processes (--strategy multi_worker: Gloo over loopback TCP with KILN_WORKERS, MPI's shared
+# memory under mpirun), beside one replica using
 # both cores (intra-op threads); then kiln's Gloo all-reduce against OpenMPI's
 # (bench_allreduce under mpirun: shared memory, and TCP only). Runs alternate; medians of
 # the mean epoch time.
@@ -9,7 +10,7 @@
 set -euo pipefail
 rounds="${1:-3}"
 build="${2:-build/default}"
-kiln="$build/bin/kiln"
+kiln=$(readlink -f "$build/bin/kiln")
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -28,6 +29,11 @@ run() {  # run MODEL CONFIG: prints the mean epoch seconds
       KILN_NUM_THREADS=1 KILN_WORKERS=127.0.0.1:$p,127.0.0.1:$p KILN_RANK=0 "$kiln" "${args[@]}" --strategy multi_worker \
         > /dev/null 2>&1
       wait ;;
+    mpirun)  # the collectives over MPI (shared memory)
+      (cd "$d" && mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_NUM_THREADS=1 \
+        sh -c 'exec "$0" "$@" --metrics-json "m.json.$OMPI_COMM_WORLD_RANK"' "$kiln" "${common[@]}" \
+        --strategy multi_worker > /dev/null 2>&1)
+      mv "$d/m.json.0" "$d/m.json" ;;
   esac
   python3 -c "import json; print(json.load(open('$d/m.json'))['mean_epoch_seconds'])"
 }
@@ -35,7 +41,7 @@ echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), 
 for model in cnn mlp; do
   declare -A t=()
   for r in $(seq 1 "$rounds"); do
-    for cfg in 1x1 mirrored workers 1x2; do t[$cfg]+="$(run "$model" "$cfg") "; done
+    for cfg in 1x1 mirrored workers mpirun 1x2; do t[$cfg]+="$(run "$model" "$cfg") "; done
   done
   med() { echo "$1" | tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
   base=$(med "${t[1x1]}")
@@ -43,10 +49,11 @@ for model in cnn mlp; do
   echo "$model: mean epoch seconds, medians of $rounds rounds (scaling efficiency = speedup over 1 replica x 1 thread / 2)"
   echo "| configuration | epoch s | speedup | efficiency |"
   echo "| --- | --- | --- | --- |"
-  for cfg in 1x1 mirrored workers 1x2; do
+  for cfg in 1x1 mirrored workers mpirun 1x2; do
     m=$(med "${t[$cfg]}")
     name=$(case $cfg in 1x1) echo "1 replica, 1 thread";; mirrored) echo "mirrored: 2 replicas x 1 thread";;
-           workers) echo "multi_worker: 2 processes x 1 thread";; 1x2) echo "1 replica, 2 threads (intra-op)";; esac)
+           workers) echo "multi_worker: 2 processes x 1 thread, Gloo (KILN_WORKERS)";;
+           mpirun) echo "multi_worker: 2 processes x 1 thread, MPI (mpirun)";; 1x2) echo "1 replica, 2 threads (intra-op)";; esac)
     python3 -c "b=$base; m=$m; print(f'| $name | {m:.3f} | {b/m:.2f} | {b/m/2*100:.0f}% |')"
   done
   unset t

@@ -132,9 +132,29 @@ void LocalCollective::all_reduce(int r, std::vector<Tensor>& tensors, double wei
       }
     }
     results_.assign(static_cast<size_t>(n_), {});
-    for (int q = 0; q < n_; ++q)
-      for (const Tensor& t : *inputs_[static_cast<size_t>(q)])
-        results_[static_cast<size_t>(q)].push_back(Tensor::empty(t.shape(), t.dtype(), t.device()));
+    for (int q = 0; q < n_; ++q) {
+      const std::vector<Tensor>& ts = *inputs_[static_cast<size_t>(q)];
+      if (q == 0 && workers_) {
+        // Replica 0's results, which go to the other workers, lie back to back in one
+        // block per dtype: a collective can sum them in place (WorkerGroup::contiguous).
+        results_[0].resize(ts.size());
+        for (DType dt : {DType::kF32, DType::kF64}) {
+          int64_t total = 0;
+          for (const Tensor& t : ts)
+            if (t.dtype() == dt) total += t.numel();
+          if (total == 0) continue;
+          const Tensor block = Tensor::empty({total}, dt, ts[0].device());
+          size_t offset = 0;
+          for (size_t k = 0; k < ts.size(); ++k)
+            if (ts[k].dtype() == dt) {
+              results_[0][k] = Tensor(block.storage(), offset, ts[k].shape(), dt);
+              offset += ts[k].nbytes();
+            }
+        }
+        continue;
+      }
+      for (const Tensor& t : ts) results_[static_cast<size_t>(q)].push_back(Tensor::empty(t.shape(), t.dtype(), t.device()));
+    }
     return {};
   });
   for (size_t k = 0; k < tensors.size(); ++k) {

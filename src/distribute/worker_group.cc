@@ -40,6 +40,19 @@ void WorkerGroup::unpack(const char* flat, DType dt, std::vector<Tensor>& tensor
     }
 }
 
+char* WorkerGroup::contiguous(std::vector<Tensor>& tensors, DType dt) {
+  char* first = nullptr;
+  char* next = nullptr;
+  for (Tensor& t : tensors) {
+    if (t.dtype() != dt) continue;
+    char* p = static_cast<char*>(t.raw_data());
+    if (!first) first = p;
+    else if (p != next) return nullptr;
+    next = p + t.nbytes();
+  }
+  return first;
+}
+
 namespace {
 
 // The MPI plugin (src/distribute_mpi/), next to this library: its connect function, or

@@ -44,6 +44,9 @@ class WorkerGroup {
   static int64_t elements_of(const std::vector<Tensor>& tensors, DType dt);
   static void pack(const std::vector<Tensor>& tensors, DType dt, char* flat);
   static void unpack(const char* flat, DType dt, std::vector<Tensor>& tensors);
+  // The first byte of the tensors of dtype `dt` where they lie back to back in memory,
+  // in order (one buffer a collective can work on in place), else null.
+  static char* contiguous(std::vector<Tensor>& tensors, DType dt);
   int rank_, size_;
 };
 

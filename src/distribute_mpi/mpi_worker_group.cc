@@ -35,12 +35,17 @@ class MpiWorkerGroup final : public WorkerGroup {
       const int64_t n = elements_of(tensors, dt);
       if (n == 0) continue;
       if (n > INT32_MAX) throw InvalidArgumentError("MPI all-reduce of more than 2^31 elements");
-      flat_.resize(static_cast<size_t>(n) * dtype_size(dt));
-      pack(tensors, dt, flat_.data());
-      check(MPI_Allreduce(MPI_IN_PLACE, flat_.data(), static_cast<int>(n), dt == DType::kF32 ? MPI_FLOAT : MPI_DOUBLE,
-                          MPI_SUM, MPI_COMM_WORLD),
+      // In place where the tensors lie back to back (a strategy's gradients do), else
+      // through a flat copy.
+      char* data = contiguous(tensors, dt);
+      if (!data) {
+        flat_.resize(static_cast<size_t>(n) * dtype_size(dt));
+        pack(tensors, dt, flat_.data());
+      }
+      check(MPI_Allreduce(MPI_IN_PLACE, data ? data : flat_.data(), static_cast<int>(n),
+                          dt == DType::kF32 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
             "all_reduce");
-      unpack(flat_.data(), dt, tensors);
+      if (!data) unpack(flat_.data(), dt, tensors);
     }
   }
 
