@@ -22,7 +22,7 @@ if(KILN_WITH_CUDA)
 endif()
 if(TARGET kiln_mpi)
   # Loaded by libkiln, next to itself, when mpirun launches a multi-worker job.
-  install(TARGETS kiln_mpi LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(TARGETS kiln_mpi LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} OPTIONAL)
 endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/kiln DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
