@@ -111,6 +111,16 @@ TEST(ClusterSpec, MalformedVariablesNameThemselves) {
 }
 
 
+// Worker `rank` of `size` meeting at `coordinator` on 127.0.0.1.
+ClusterSpec loopback(int rank, int size, const std::string& coordinator) {
+  ClusterSpec c;
+  c.rank = rank;
+  c.size = size;
+  c.coordinator = coordinator;
+  c.host = "127.0.0.1";
+  return c;
+}
+
 // Workers as threads: each makes its own WorkerGroup over loopback.
 TEST(WorkerGroup, CollectivesAcrossThreeWorkers) {
   const int port = free_port();
@@ -121,12 +131,7 @@ TEST(WorkerGroup, CollectivesAcrossThreeWorkers) {
   std::vector<std::thread> ts;
   for (int r = 0; r < 3; ++r)
     ts.emplace_back([&, r] {
-      ClusterSpec c;
-      c.rank = r;
-      c.size = 3;
-      c.coordinator = coord;
-      c.host = "127.0.0.1";
-      GlooWorkerGroup g(c, std::chrono::seconds(20));
+      GlooWorkerGroup g(loopback(r, 3, coord), std::chrono::seconds(20));
       std::vector<Tensor> t = {Tensor::from_vector<float>({1.0f * r, 2.0f}, {2}),
                                Tensor::from_vector<double>({r == 2 ? 7.0 : 0.0}, {1})};
       g.all_reduce_sum(t);
@@ -154,13 +159,8 @@ TEST(WorkerGroup, TheLostWorkerIsNamed) {
   std::vector<std::thread> ts;
   for (int r = 0; r < 3; ++r)
     ts.emplace_back([&, r] {
-      ClusterSpec c;
-      c.rank = r;
-      c.size = 3;
-      c.coordinator = coord;
-      c.host = "127.0.0.1";
       try {
-        auto g = std::make_unique<GlooWorkerGroup>(c, std::chrono::seconds(5));
+        auto g = std::make_unique<GlooWorkerGroup>(loopback(r, 3, coord), std::chrono::seconds(5));
         g->barrier();          // every group is made
         if (r == 2) return;  // leaves: its sockets close
         std::vector<Tensor> t = {Tensor::from_vector<float>({1.0f, 2.0f}, {2})};
@@ -195,11 +195,7 @@ TEST(WorkerGroup, MpiNeedsMpirun) {
 }
 
 TEST(WorkerGroup, AMissingWorkerIsADeadlineNotAHang) {
-  ClusterSpec c;
-  c.rank = 0;
-  c.size = 2;
-  c.coordinator = "127.0.0.1:" + std::to_string(free_port());
-  c.host = "127.0.0.1";
+  ClusterSpec c = loopback(0, 2, "127.0.0.1:" + std::to_string(free_port()));
   EXPECT_KILN_ERROR(GlooWorkerGroup(c, std::chrono::milliseconds(800)), kDeadlineExceeded,
                     "worker 1 did not reach the rendezvous");
   ClusterSpec w1 = c;
