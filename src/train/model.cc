@@ -423,6 +423,12 @@ History Model::fit(const data::Dataset& train, FitOptions opts) {
       empty_x = take_rows(*bx, 0, 0);
       empty_y = take_rows(*by, 0, 0);
     } else if (!got) {
+      if (empty_x.empty() && e.size() > 0) {  // resumed past this worker's last batch: the last one skipped
+        std::vector<Tensor> lx, ly;
+        split_batch(e, &lx, &ly, "fit");
+        empty_x = take_rows(lx, 0, 0);
+        empty_y = take_rows(ly, 0, 0);
+      }
       if (empty_x.empty())
         throw FailedPreconditionError(detail::str_cat("fit: worker ", strategy_->worker_rank(),
                                                       "'s part of the dataset is empty while others have batches"));

@@ -45,14 +45,16 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
                                                " replicas: synchronized batch statistics need a row on every replica"));
 
   if (replica_grad_fns_.empty()) {
-    if (x[0].dim(0) == 0)
-      throw FailedPreconditionError(detail::str_cat("train_step: worker ", strategy.worker_rank(),
-                                                    " has no rows of the first batch (the model is built from them)"));
     // Layers and optimizer slots are made once, on this thread (a layer built on the
     // replica threads would make one set of weights per replica), then mirrored.
     DeviceScope scope(device_);
-    (*this)(std::vector<Tensor>(shards[0].begin(), shards[0].begin() + static_cast<std::ptrdiff_t>(nx)),
-            /*training=*/false);
+    if (!built()) {
+      if (x[0].dim(0) == 0)
+        throw FailedPreconditionError(detail::str_cat("train_step: worker ", strategy.worker_rank(),
+                                                      " has no rows of the first batch (the model is built from them)"));
+      (*this)(std::vector<Tensor>(shards[0].begin(), shards[0].begin() + static_cast<std::ptrdiff_t>(nx)),
+              /*training=*/false);
+    }
     opts_.optimizer->build(trainable_weights());
     // Every worker must train the same model on the same batches.
     std::string config = detail::str_cat("batch of ", rows, " rows at epoch ", epoch_counter, " step ", step_in_epoch,

@@ -357,6 +357,29 @@ TEST(MultiWorkerFit, AutoShardedDatasetEqualsOneProcess) {
   }
 }
 
+// Resuming an epoch past the end of a worker's part (here step 5 of 6: worker 1's part
+// has 5 batches, worker 0's a sixth of one row) still runs the step: worker 1 passes an
+// empty batch shaped like the ones it skipped. Equal to one process resumed alike.
+TEST(MultiWorkerFit, ResumingPastAWorkersLastBatch) {
+  struct ResumeAt final : Callback {
+    void on_train_begin(Logs&) override { model()->step_in_epoch = 5; }
+  };
+  Data d = data(321, Shape{20}, 14);
+  auto ds = data::Dataset::from_tensor_slices({d.x, d.y}).shuffle(321, 8).batch(64);
+  ModelPtr one = mlp(), w0 = mlp(), w1 = mlp();
+  compile(*one, nullptr);
+  FitOptions fo = fit_options(2, 64);
+  fo.callbacks = {std::make_shared<ResumeAt>()};
+  one->fit(ds, fo);
+  on_two_workers(*w0, *w1, [&](Model& m, int) {
+    FitOptions mine = fo;
+    mine.callbacks = {std::make_shared<ResumeAt>()};
+    return m.fit(ds, mine);
+  });
+  EXPECT_LT(max_diff(*one, *w0), 1e-5);
+  EXPECT_EQ(max_diff(*w0, *w1), 0.0);
+}
+
 // Synchronized batch normalisation across two workers equals one device, also reading an
 // auto-sharded Dataset (its last global batch of 1 row would leave worker 1 without rows:
 // the epoch ends before it, as the test's one-device run drops it too).
