@@ -57,7 +57,7 @@ namespace {
 
 // The MPI plugin (src/distribute_mpi/), next to this library: its connect function, or
 // null with the reason. Loaded once; the handle stays open.
-using MpiConnect = WorkerGroup* (*)(const ClusterSpec* cluster, std::string* error);
+using MpiConnect = WorkerGroup* (*)(const ClusterSpec* cluster, int64_t timeout_ms, std::string* error);
 MpiConnect mpi_plugin(std::string* why) {
   static std::once_flag once;
   static MpiConnect fn = nullptr;
@@ -97,7 +97,7 @@ std::unique_ptr<WorkerGroup> WorkerGroup::connect(const ClusterSpec& cluster, st
       why = "the job was not launched by mpirun (" + (cluster.source.empty() ? std::string("no launcher") : cluster.source) + ")";
     } else if (MpiConnect fn = mpi_plugin(&why)) {
       std::string error;
-      std::unique_ptr<WorkerGroup> g(fn(&cluster, &error));
+      std::unique_ptr<WorkerGroup> g(fn(&cluster, timeout.count(), &error));
       if (!g) throw UnavailableError("MPI collectives: " + error);
       return g;
     }

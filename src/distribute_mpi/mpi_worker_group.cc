@@ -4,11 +4,19 @@
 // that nothing else links MPI. MPI is initialised here unless the program did
 // (MPI_THREAD_SERIALIZED: the calls come from the main thread and from a replica thread,
 // never at once) and finalised at exit. MPI has no timeouts: when a worker dies, mpirun
-// stops the job.
+// stops the job; a worker that stops or hangs would stall the others forever, so a
+// watchdog thread ends the job (MPI_Abort, after saying which collective waited how
+// long) when a collective has not returned within the group's timeout.
 #include <mpi.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "distribute/worker_group.h"
@@ -25,9 +33,70 @@ void check(int rc, const char* what) {
   throw UnavailableError(std::string("MPI: ") + what + " failed: " + std::string(text, static_cast<size_t>(len)));
 }
 
+// Ends the job when a collective outlives the timeout (MPI's calls cannot be cancelled).
+class Watchdog {
+ public:
+  Watchdog(int rank, int size, std::chrono::milliseconds timeout)
+      : rank_(rank), size_(size), timeout_(timeout), thread_([this] { loop(); }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // Watches the collective `what` while the returned guard lives.
+  struct Guard {
+    Watchdog* w;
+    ~Guard() {
+      std::lock_guard<std::mutex> lock(w->mu_);
+      w->what_ = nullptr;
+    }
+  };
+  Guard watch(const char* what) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      what_ = what;
+      deadline_ = std::chrono::steady_clock::now() + timeout_;
+    }
+    cv_.notify_all();
+    return Guard{this};
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      if (!what_) {
+        cv_.wait(lock);
+        continue;
+      }
+      const auto deadline = deadline_;
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && what_ && deadline_ == deadline && !stop_) {
+        std::fprintf(stderr,
+                     "kiln: Unavailable: worker %d of %d: %s did not complete within %.3g s over MPI: another worker "
+                     "died, hangs or lost the network; ending the job (MPI_Abort)\n",
+                     rank_, size_, what_, static_cast<double>(timeout_.count()) / 1000.0);
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+    }
+  }
+  const int rank_, size_;
+  const std::chrono::milliseconds timeout_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const char* what_ = nullptr;
+  std::chrono::steady_clock::time_point deadline_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 class MpiWorkerGroup final : public WorkerGroup {
  public:
-  explicit MpiWorkerGroup(const ClusterSpec& cluster) : WorkerGroup(cluster) {}
+  MpiWorkerGroup(const ClusterSpec& cluster, std::chrono::milliseconds timeout)
+      : WorkerGroup(cluster), watchdog_(cluster.rank, cluster.size, timeout) {}
   std::string backend() const override { return "mpi"; }
 
   void all_reduce_sum(std::vector<Tensor>& tensors) override {
@@ -42,6 +111,7 @@ class MpiWorkerGroup final : public WorkerGroup {
         flat_.resize(static_cast<size_t>(n) * dtype_size(dt));
         pack(tensors, dt, flat_.data());
       }
+      auto guard = watchdog_.watch("all_reduce");
       check(MPI_Allreduce(MPI_IN_PLACE, data ? data : flat_.data(), static_cast<int>(n),
                           dt == DType::kF32 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
             "all_reduce");
@@ -50,12 +120,14 @@ class MpiWorkerGroup final : public WorkerGroup {
   }
 
   void broadcast(std::vector<Tensor>& tensors, int root) override {
+    auto guard = watchdog_.watch("broadcast");
     for (Tensor& t : tensors)
       if (t.nbytes() > 0)
         check(MPI_Bcast(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, root, MPI_COMM_WORLD), "broadcast");
   }
 
   std::vector<std::string> all_gather(const std::string& value) override {
+    auto guard = watchdog_.watch("all_gather");
     const int mine = static_cast<int>(value.size());
     std::vector<int> lens(static_cast<size_t>(size_)), offsets(static_cast<size_t>(size_));
     check(MPI_Allgather(&mine, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "all_gather");
@@ -74,10 +146,14 @@ class MpiWorkerGroup final : public WorkerGroup {
     return out;
   }
 
-  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
+  void barrier() override {
+    auto guard = watchdog_.watch("barrier");
+    check(MPI_Barrier(MPI_COMM_WORLD), "barrier");
+  }
 
  private:
   std::vector<char> flat_;
+  Watchdog watchdog_;
 };
 
 void finalize() {
@@ -90,9 +166,10 @@ void finalize() {
 }  // namespace kiln::distribute
 
 // The plugin's entry (worker_group.cc): a group of MPI_COMM_WORLD, which must be the
-// cluster's (same size and rank), or null with the reason in `error`.
+// cluster's (same size and rank), its collectives watched with `timeout_ms`, or null with
+// the reason in `error`.
 extern "C" kiln::distribute::WorkerGroup* kiln_mpi_connect(const kiln::distribute::ClusterSpec* cluster,
-                                                           std::string* error) {
+                                                           int64_t timeout_ms, std::string* error) {
   using namespace kiln::distribute;
   try {
     int initialized = 0;
@@ -111,7 +188,7 @@ extern "C" kiln::distribute::WorkerGroup* kiln_mpi_connect(const kiln::distribut
     if (rank != cluster->rank || size != cluster->size)
       throw kiln::InvalidArgumentError(kiln::detail::str_cat("MPI says rank ", rank, " of ", size, ", the launcher's ",
                                                              "variables rank ", cluster->rank, " of ", cluster->size));
-    return new MpiWorkerGroup(*cluster);
+    return new MpiWorkerGroup(*cluster, std::chrono::milliseconds(timeout_ms));
   } catch (const std::exception& e) {
     *error = e.what();
     return nullptr;

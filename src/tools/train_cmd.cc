@@ -83,7 +83,7 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       ->check(CLI::PositiveNumber);
   c->add_option("--collectives", a.collectives,
                 "multi_worker: the collectives between the workers: gloo (TCP, failures end within --worker-timeout), "
-                "mpi (under mpirun: shared memory on one host; mpirun stops the job when a worker dies), auto "
+                "mpi (under mpirun: shared memory on one host; a lost worker ends the whole job), auto "
                 "(default: mpi under mpirun, else gloo)")
       ->check(CLI::IsMember({"auto", "gloo", "mpi"}));
   c->add_option("--devices", a.strategy_devices,

@@ -75,6 +75,26 @@ for how in KILL STOP; do
   fails "worker 1 died, hangs or lost the network" $(( $(date +%s) - t0 - 3 ))
   kill -9 $victim 2>/dev/null || true
 done
+# The same under mpirun over MPI: a killed rank ends the job (mpirun names it); a stopped
+# one makes the others' watchdog end it (MPI_Abort) within --worker-timeout.
+if [ -n "${2:-}" ]; then
+  for how in KILL STOP; do
+    rm -f "$d"/pid.*
+    (for _ in $(seq 1 100); do [ -s "$d/pid.1" ] && break; sleep 0.1; done; sleep 3; kill -$how "$(cat "$d/pid.1")") &
+    t0=$(date +%s)
+    set +e
+    timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_NUM_THREADS \
+      sh -c 'echo $$ > "$0.$OMPI_COMM_WORLD_RANK"; exec "$@"' "$d/pid" "$kiln" "${long[@]}" --worker-timeout 5 \
+      >"$d/err" 2>&1
+    rc=$?
+    set -e
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "mpirun, SIG$how: rc=$rc"; cat "$d/err"; exit 1; }
+    if [ $how = KILL ]; then want="process rank 1 .* exited on signal 9"; else
+      want="worker 0 of 2: all_reduce did not complete within 5 s over MPI: another worker died, hangs"; fi
+    fails "$want" $(( $(date +%s) - t0 - 3 ))
+    kill -9 "$(cat "$d/pid.1")" 2>/dev/null || true
+  done
+fi
 p=$(port)
 t0=$(date +%s)
 set +e; KILN_WORKERS=127.0.0.1:$p,127.0.0.1:$p KILN_RANK=0 "$kiln" "${long[@]}" --worker-timeout 3 2>"$d/err"; set -e

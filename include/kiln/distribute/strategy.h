@@ -58,8 +58,9 @@ enum class ReduceOp { kSum, kMean };
 enum class Collectives {
   kAuto,  // MPI under mpirun where the MPI plugin loads, else Gloo
   kGloo,  // Gloo over TCP: every launcher; failures end in an error within the timeout
-  kMpi,   // MPI (mpirun only): shared memory between the workers of one host; no timeouts
-          // (mpirun stops the job when a worker dies; a stopped worker stalls it)
+  kMpi,   // MPI (mpirun only): shared memory between the workers of one host; mpirun stops
+          // the job when a worker dies, a watchdog (MPI_Abort) when a collective outlives
+          // the timeout
 };
 
 class LocalCollective;
