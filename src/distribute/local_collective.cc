@@ -4,13 +4,20 @@
 
 #include "distribute/worker_group.h"
 #include "kiln/core/error.h"
+#include "kiln/ops/elementwise.h"
 
 namespace kiln::distribute {
 
-LocalCollective::LocalCollective(int replicas, WorkerGroup* workers)
-    : n_(replicas), workers_(workers), inputs_(static_cast<size_t>(replicas)), weights_(static_cast<size_t>(replicas)) {
+LocalCollective::LocalCollective(int replicas, WorkerGroup* workers, std::unique_ptr<DeviceGroup> devices)
+    : n_(replicas),
+      workers_(workers),
+      devices_(std::move(devices)),
+      inputs_(static_cast<size_t>(replicas)),
+      weights_(static_cast<size_t>(replicas)) {
   if (replicas < 1) throw InvalidArgumentError("LocalCollective: needs at least one replica");
 }
+
+LocalCollective::~LocalCollective() = default;
 
 void LocalCollective::throw_if_aborted() const {
   if (aborted_) throw CancelledError(reason_);
@@ -123,14 +130,15 @@ void LocalCollective::all_reduce(int r, std::vector<Tensor>& tensors, double wei
         if (t.dtype() != DType::kF32 && t.dtype() != DType::kF64)
           return detail::str_cat("all_reduce: replica ", q, "'s tensor ", k, " is ", t.desc(),
                                  "; all_reduce takes f32 and f64");
-        if (t.device().type != DeviceType::kCPU)
-          return detail::str_cat("all_reduce: replica ", q, "'s tensor ", k, " is ", t.desc(),
-                                 "; collectives in one process add in host memory (CPU devices)");
+        if (t.device().type != (devices_ ? DeviceType::kCUDA : DeviceType::kCPU))
+          return detail::str_cat("all_reduce: replica ", q, "'s tensor ", k, " is ", t.desc(), "; the replicas are on ",
+                                 devices_ ? "GPUs" : "CPU devices");
         if (t.shape() != first[k].shape() || t.dtype() != first[k].dtype())
           return detail::str_cat("all_reduce: replica ", q, "'s tensor ", k, " is ", t.desc(), ", replica 0's is ",
                                  first[k].desc());
       }
     }
+    if (devices_) return std::string();  // (the devices' collective makes the results)
     results_.assign(static_cast<size_t>(n_), {});
     for (int q = 0; q < n_; ++q) {
       const std::vector<Tensor>& ts = *inputs_[static_cast<size_t>(q)];
@@ -157,6 +165,15 @@ void LocalCollective::all_reduce(int r, std::vector<Tensor>& tensors, double wei
     }
     return {};
   });
+  if (devices_) {
+    // Each replica's weighted tensors (new ones: the caller's may be shared), summed in
+    // place on the devices.
+    std::vector<Tensor> out;
+    for (const Tensor& t : tensors) out.push_back(weight == 1.0 ? t.clone() : ops::mul(t, ops::scalar(weight, t.dtype())));
+    devices_->all_reduce_sum(r, out);
+    tensors = std::move(out);
+    return;
+  }
   for (size_t k = 0; k < tensors.size(); ++k) {
     if (tensors[k].dtype() == DType::kF32) reduce_slice<float>(inputs_, weights_, k, results_, r, n_);
     else reduce_slice<double>(inputs_, weights_, k, results_, r, n_);

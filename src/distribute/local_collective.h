@@ -1,15 +1,19 @@
 #pragma once
 // Collectives among the replica threads of one process (a strategy's LocalCollective):
-// a reusable barrier that can be aborted, and an all-reduce over host memory. Every
-// replica calls the same sequence of operations; one that fails calls abort(), which
-// wakes the others with CancelledError instead of leaving them waiting forever.
+// a reusable barrier that can be aborted, and an all-reduce over host memory (CPU
+// replicas) or through the devices' own collectives (GPU replicas: NCCL,
+// kiln/core/device_group.h). Every replica calls the same sequence of operations; one
+// that fails calls abort(), which wakes the others with CancelledError instead of leaving
+// them waiting forever.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "kiln/core/device_group.h"
 #include "kiln/core/tensor.h"
 
 namespace kiln::distribute {
@@ -19,8 +23,10 @@ class WorkerGroup;
 class LocalCollective {
  public:
   // `workers`: the other processes of a multi-worker job (null: none); all_reduce then
-  // sums across them too (local replica 0 runs the cross-worker collective).
-  LocalCollective(int replicas, WorkerGroup* workers);
+  // sums across them too (local replica 0 runs the cross-worker collective). `devices`:
+  // the replicas' devices' collectives (GPU replicas), null for CPU replicas.
+  LocalCollective(int replicas, WorkerGroup* workers, std::unique_ptr<DeviceGroup> devices = nullptr);
+  ~LocalCollective();
 
   int replicas() const { return n_; }
   // Returns when all replicas have called it (CancelledError once aborted).
@@ -29,6 +35,8 @@ class LocalCollective {
   // weight_q * tensors_q, added in replica order. Each replica adds a slice of every
   // tensor and writes it to every replica's result (on that replica's device), so no
   // replica copies the whole result afterwards.
+  // GPU replicas: each scales its tensors by its weight and the devices' collective sums
+  // them (NCCL: every replica gets the same result; the order of the additions is NCCL's).
   void all_reduce(int r, std::vector<Tensor>& tensors, double weight);
   // Every current and later wait throws CancelledError(reason) until reset().
   void abort(const std::string& reason);
@@ -44,6 +52,7 @@ class LocalCollective {
 
   const int n_;
   WorkerGroup* workers_;
+  std::unique_ptr<DeviceGroup> devices_;
   std::mutex mu_;
   std::condition_variable cv_;
   int arrived_ = 0;

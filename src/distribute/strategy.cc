@@ -117,10 +117,25 @@ void ReplicaContext::barrier() { collective_->barrier(); }
 
 // ---- Strategy -----------------------------------------------------------------------
 
+namespace {
+// GPU replicas sum through their devices' collectives (NCCL); CPU replicas in host memory.
+std::unique_ptr<DeviceGroup> device_group(const std::vector<Device>& devices, bool several_workers) {
+  if (devices.at(0).type == DeviceType::kCPU) return nullptr;
+  if (several_workers)
+    throw UnimplementedError("MultiWorkerMirroredStrategy: GPU replicas across workers (NCCL between processes) "
+                             "are not built yet; use MirroredStrategy on one machine's GPUs");
+  std::string why;
+  std::unique_ptr<DeviceGroup> g = make_device_group(devices, &why);
+  if (!g) throw UnimplementedError("strategy: replicas on " + devices[0].str() + ": " + why);
+  return g;
+}
+}  // namespace
+
 Strategy::Strategy(std::vector<Device> devices, std::unique_ptr<WorkerGroup> workers)
     : devices_(std::move(devices)),
       workers_(std::move(workers)),
-      collective_(std::make_unique<LocalCollective>(static_cast<int>(devices_.size()), workers_.get())),
+      collective_(std::make_unique<LocalCollective>(static_cast<int>(devices_.size()), workers_.get(),
+                                                    device_group(devices_, workers_ && workers_->size() > 1))),
       threads_(std::make_unique<Threads>(static_cast<int>(devices_.size()), collective_.get())) {}
 
 Strategy::~Strategy() = default;
@@ -311,9 +326,9 @@ void check_devices(std::vector<Device>& devices) {
   for (const Device& d : devices) {
     if (!seen.insert(d.str()).second)
       throw InvalidArgumentError("strategy: device " + d.str() + " is listed twice");
-    if (d.type != DeviceType::kCPU)
-      throw UnimplementedError("strategy: " + d.str() +
-                               ": replicas on GPUs (NCCL collectives) are not built yet; use CPU logical devices");
+    if (d.type != devices[0].type)
+      throw InvalidArgumentError("strategy: the replicas are on one kind of device, got " + devices[0].str() +
+                                 " and " + d.str());
     backend_for(d);  // NotFoundError: no such device, and why
   }
 }

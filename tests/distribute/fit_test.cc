@@ -2,6 +2,7 @@
 // device: same seed, same data order, same global batch. The replicas' gradients are
 // all-reduced weighted by shard size, so the two runs differ by float summation order
 // only; the bound is stated per test. Every replica's copies stay bit-identical.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -102,7 +103,8 @@ double max_diff(const Model& a, const Model& b) {
   EXPECT_EQ(va.size(), vb.size());
   double d = 0;
   for (size_t i = 0; i < va.size() && i < vb.size(); ++i) {
-    std::vector<double> x = va[i].peek().to_vector<double>(), y = vb[i].peek().to_vector<double>();
+    std::vector<double> x = va[i].peek().to(Device::cpu()).to_vector<double>(),
+                        y = vb[i].peek().to(Device::cpu()).to_vector<double>();
     for (size_t j = 0; j < x.size(); ++j) d = std::max(d, std::abs(x[j] - y[j]));
   }
   return d;
@@ -140,6 +142,30 @@ TEST(MirroredFit, MlpTwoReplicasEqualsOneDevice) {
   // evaluate and predict run on replica 0's copies.
   EXPECT_NEAR(one->evaluate(d.x, d.y).at("loss"), two->evaluate(d.x, d.y).at("loss"), 1e-5);
   EXPECT_CLOSE(two->predict(d.x), one->predict(d.x), 1e-4, 1e-5);
+}
+
+// GPU replicas (NCCL; up to 2 GPUs, skipped without one): the mlp equals one GPU, the
+// replicas' copies equal.
+TEST(MirroredFit, MlpOnGpusEqualsOneGpu) {
+  Backend* cuda = find_backend(DeviceType::kCUDA);
+  if (!cuda) GTEST_SKIP() << "no CUDA backend: " << backend_unavailable_reason(DeviceType::kCUDA);
+  if (cuda->device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda->no_device_reason();
+  const int n = std::min(2, cuda->device_count());
+  std::vector<Device> gpus;
+  for (int i = 0; i < n; ++i) gpus.push_back({DeviceType::kCUDA, i});
+  Data d = data(256, Shape{20}, 15);
+  ModelPtr one = mlp(), many = mlp();
+  CompileOptions co{optimizers::Adam({0.01}), {losses::SparseCategoricalCrossentropy(true)}, {"accuracy"}};
+  co.device = gpus[0].str();
+  one->compile(co);
+  compile(*many, MirroredStrategy::create(gpus));
+  History h1 = one->fit(d.x, d.y, fit_options(2, 64));
+  History hn = many->fit(d.x, d.y, fit_options(2, 64));
+  EXPECT_LT(max_diff(*one, *many), 1e-4);  // (GPU reductions: another summation order)
+  EXPECT_NEAR(h1.at("loss").back(), hn.at("loss").back(), 1e-4);
+  for (const Variable& v : many->weights())
+    for (int r = 1; r < n; ++r)
+      EXPECT_TRUE(array_equal(v.replica_value(r).to(Device::cpu()), v.replica_value(0).to(Device::cpu()))) << v.name();
 }
 
 TEST(MirroredFit, UnevenShardsAndIdleReplicas) {

@@ -1,5 +1,6 @@
 // MirroredStrategy on logical CPU devices: replica threads, the in-process all-reduce
 // (values, order, errors), batch splitting, mirrored variables.
+#include <algorithm>
 #include <stdexcept>
 
 #include "kiln/autodiff/tape.h"
@@ -40,7 +41,7 @@ TEST(MirroredStrategy, CreateValidatesDevices) {
   EXPECT_EQ(MirroredStrategy::create()->num_replicas_in_sync(), 1);
   EXPECT_THROW_MSG(MirroredStrategy::create("cpu:0,cpu:0"), InvalidArgumentError, "cpu:0 is listed twice");
   EXPECT_THROW(MirroredStrategy::create("cpu:0,cpu:9"), NotFoundError);
-  EXPECT_THROW_MSG(MirroredStrategy::create("cpu:0,cuda:0"), UnimplementedError, "NCCL");
+  EXPECT_THROW_MSG(MirroredStrategy::create("cpu:0,cuda:0"), InvalidArgumentError, "one kind of device");
   EXPECT_THROW(MirroredStrategy::create("cpu:0,,cpu:1"), InvalidArgumentError);
   EXPECT_THROW(MirroredStrategy::create("gpu:x"), InvalidArgumentError);
 }
@@ -230,6 +231,29 @@ TEST(MirroredStrategy, CrossReplicaSumInsideRun) {
     const float g = (10 + 20) * static_cast<float>(r + 1);            // (sum of upstreams) x (r + 1)
     EXPECT_EQ(gs[static_cast<size_t>(r)], (std::vector<float>{g, g}));
   }
+}
+
+// GPU replicas sum over NCCL: weighted, every replica the same result (up to 2 GPUs;
+// skipped without one).
+TEST(MirroredStrategy, GpuReplicasAllReduceOverNccl) {
+  Backend* cuda = find_backend(DeviceType::kCUDA);
+  if (!cuda) GTEST_SKIP() << "no CUDA backend: " << backend_unavailable_reason(DeviceType::kCUDA);
+  if (cuda->device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda->no_device_reason();
+  const int n = std::min(2, cuda->device_count());
+  std::vector<Device> gpus;
+  for (int i = 0; i < n; ++i) gpus.push_back({DeviceType::kCUDA, i});
+  auto s = MirroredStrategy::create(gpus);
+  std::vector<std::vector<float>> got(static_cast<size_t>(n));
+  s->run([&](ReplicaContext& ctx) {
+    const float r = static_cast<float>(ctx.replica_id());
+    std::vector<Tensor> t = {Tensor::from_vector<float>({1 + r, 10 * (1 + r)}, {2}).to(ctx.device())};
+    ctx.all_reduce(t, ReduceOp::kSum, 0.5 + r);  // sum of (0.5 + r) (1 + r) (1, 10)
+    EXPECT_EQ(t[0].device(), ctx.device());
+    got[static_cast<size_t>(ctx.replica_id())] = t[0].to(Device::cpu()).to_vector<float>();
+  });
+  float want = 0;
+  for (int r = 0; r < n; ++r) want += (0.5f + static_cast<float>(r)) * (1.0f + static_cast<float>(r));
+  for (int r = 0; r < n; ++r) EXPECT_EQ(got[static_cast<size_t>(r)], (std::vector<float>{want, 10 * want}));
 }
 
 TEST(StrategyScope, NestsAndRestores) {

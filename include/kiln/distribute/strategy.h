@@ -24,9 +24,11 @@
 // a strategy as many logical CPU devices as there are cores for the most speed
 // (KILN_CPU_LOGICAL_DEVICES or config::set_logical_device_configuration; docs/devices.md).
 //
-// Collectives across the replicas of one process add in host memory (CPU devices). GPU
-// replicas (NCCL) are not built yet: create() refuses devices other than CPUs with
-// UnimplementedError.
+// Collectives across the replicas of one process add in host memory (CPU devices), or
+// for GPU replicas (cuda:0,cuda:1,...) go through NCCL (the CUDA plugin's device group,
+// kiln/core/device_group.h: one communicator per GPU, each driven by its replica's
+// thread; every replica gets the same sum, in NCCL's order of additions). GPU replicas
+// across workers are not built (UnimplementedError).
 //
 // MultiWorkerMirroredStrategy: N processes (workers, kiln/distribute/cluster.h), each
 // with its local replicas; replica r of worker w is replica w x local + r of the job.
@@ -165,8 +167,10 @@ using StrategyPtr = std::shared_ptr<Strategy>;
 
 class MirroredStrategy final : public Strategy {
  public:
-  // `devices`: distinct CPU logical devices that exist (NotFoundError otherwise), at
-  // least one; empty: cpu:0 alone. InvalidArgumentError for a repeated device.
+  // `devices`: distinct devices of one type (CPU logical devices, or GPUs) that exist
+  // (NotFoundError otherwise), at least one; empty: cpu:0 alone. InvalidArgumentError for
+  // a repeated device or a mix of types; UnimplementedError when GPUs have no collectives
+  // (a build without NCCL).
   static std::shared_ptr<MirroredStrategy> create(std::vector<Device> devices = {});
   // From a comma-separated list ("cpu:0,cpu:1").
   static std::shared_ptr<MirroredStrategy> create(const std::string& devices);

@@ -99,12 +99,19 @@ void k_identity(OpContext& ctx) {
                                   s.stream));
 }
 
-// One replica (no collective installed on the thread): the identity. GPU replicas sum
-// over NCCL, which distribution strategies do not drive yet (they refuse CUDA devices).
+// One replica (no collective installed on the thread): the identity; a GPU replica of a
+// strategy: the sum through its collective (NCCL, ordered on the stream), copied into
+// the output.
 void k_cross_replica_sum(OpContext& ctx) {
-  if (cross_replica_sum_fn())
-    throw UnimplementedError("cross_replica_sum on CUDA: GPU replicas (NCCL collectives) are not built yet");
-  k_identity(ctx);
+  const CrossReplicaSumFn* sum = cross_replica_sum_fn();
+  if (!sum) return k_identity(ctx);
+  const Tensor s = (*sum)(ctx.in[0]);
+  Tensor& out = ctx.out[0];
+  KILN_CHECK_INTERNAL(s.device() == out.device() && s.nbytes() == out.nbytes(),
+                      "cross_replica_sum: the collective returned ", s.desc(), " for ", ctx.in[0].desc());
+  if (out.nbytes() == 0) return;
+  KernelScope scope(out);
+  KILN_CUDA_CHECK(cudaMemcpyAsync(out.raw_data(), s.raw_data(), out.nbytes(), cudaMemcpyDeviceToDevice, scope.stream));
 }
 
 // ---- binary / where ----------------------------------------------------------------

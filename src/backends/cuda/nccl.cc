@@ -8,6 +8,7 @@
 #include "cuda_context.h"
 #include "cuda_error.h"
 #include "kiln/core/device.h"
+#include "kiln/core/device_group.h"
 #include "kiln/core/error.h"
 
 namespace kiln::cuda {
@@ -173,5 +174,38 @@ void all_reduce(std::vector<Communicator>& comms, std::vector<Tensor>& tensors, 
 void broadcast(std::vector<Communicator>& comms, std::vector<Tensor>& tensors, int root) {
   grouped(comms, tensors, [root](Communicator& c, Tensor& t) { c.broadcast(t, root); });
 }
+
+namespace {
+
+// The GPU replicas of a distribution strategy (kiln/core/device_group.h): one
+// communicator per device of the group, each driven by its replica's thread; a member's
+// tensors go in one NCCL group.
+class NcclDeviceGroup final : public DeviceGroup {
+ public:
+  explicit NcclDeviceGroup(std::vector<Communicator> comms) : comms_(std::move(comms)) {}
+  void all_reduce_sum(int member, std::vector<Tensor>& tensors) override {
+    Communicator& c = comms_.at(static_cast<size_t>(member));
+    KILN_NCCL_CHECK(ncclGroupStart());
+    try {
+      for (Tensor& t : tensors) c.all_reduce(t, ReduceOp::kSum);
+    } catch (...) {
+      ncclGroupEnd();
+      throw;
+    }
+    KILN_NCCL_CHECK(ncclGroupEnd());
+  }
+
+ private:
+  std::vector<Communicator> comms_;
+};
+
+[[maybe_unused]] const bool g_device_group_registered = [] {
+  register_device_group_factory(DeviceType::kCUDA, [](const std::vector<int>& devices) -> std::unique_ptr<DeviceGroup> {
+    return std::make_unique<NcclDeviceGroup>(Communicator::for_devices(devices));
+  });
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace kiln::cuda
