@@ -35,6 +35,6 @@ expect_error() {  # expect_error PATTERN ARGS...: kiln train fails (rc 1) with P
 expect_error "cpu:1 is listed twice" --strategy mirrored --devices cpu:1,cpu:1
 expect_error "--devices needs --strategy" --devices cpu:0,cpu:1
 expect_error "exclude each other" --strategy mirrored --device cpu
-expect_error "not built yet" --strategy mirrored --devices cpu:0,cuda:0
+expect_error "one kind of device" --strategy mirrored --devices cpu:0,cuda:0
 expect_error "cpu:3" --strategy mirrored --devices cpu:0,cpu:3 --logical-devices 0,0
 echo "train_mirrored: ok"
