@@ -175,12 +175,16 @@ Dataset Dataset::zip(std::vector<Dataset> datasets) {
 Dataset Dataset::map(MapFn fn, MapOptions options) const {
   KILN_CHECK_ARG(fn != nullptr, "map: the function is empty");
   const bool ordered = options.num_parallel_calls == 0 || options.deterministic;
-  return Dataset(made(node_, {.remake = [fn = std::move(fn), options](NodePtr in) { return make_map_node(std::move(in), fn, options); },
+  return Dataset(made(node_, {.remake = [fn = std::move(fn), options](NodePtr in) {
+                                return make_map_node(std::move(in), fn, options);
+                              },
                               .one_to_one = ordered}));
 }
 Dataset Dataset::filter(PredicateFn pred) const {
   KILN_CHECK_ARG(pred != nullptr, "filter: the predicate is empty");
-  return Dataset(made(node_, {.remake = [pred = std::move(pred)](NodePtr in) { return make_filter_node(std::move(in), pred); }}));
+  return Dataset(made(node_, {.remake = [pred = std::move(pred)](NodePtr in) {
+                                return make_filter_node(std::move(in), pred);
+                              }}));
 }
 Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) const {
   return Dataset(made(node_, {.remake = [=](NodePtr in) {

@@ -87,7 +87,8 @@ void GlooWorkerGroup::learn_peer_addresses() {
     size_t b = 0;
     for (int p = 0; p < rank_ && b != std::string::npos; ++p) b = all[static_cast<size_t>(r)].find('\n', b) + 1;
     const size_t e = all[static_cast<size_t>(r)].find('\n', b);
-    if (r != rank_ && e != std::string::npos) peer_addresses_[static_cast<size_t>(r)] = all[static_cast<size_t>(r)].substr(b, e - b);
+    if (r != rank_ && e != std::string::npos)
+      peer_addresses_[static_cast<size_t>(r)] = all[static_cast<size_t>(r)].substr(b, e - b);
   }
 }
 

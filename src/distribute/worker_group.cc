@@ -94,7 +94,8 @@ std::unique_ptr<WorkerGroup> WorkerGroup::connect(const ClusterSpec& cluster, st
   if (backend != Collectives::kGloo && cluster.size > 1) {
     std::string why;
     if (cluster.source != "mpirun") {
-      why = "the job was not launched by mpirun (" + (cluster.source.empty() ? std::string("no launcher") : cluster.source) + ")";
+      why = "the job was not launched by mpirun (" +
+            (cluster.source.empty() ? std::string("no launcher") : cluster.source) + ")";
     } else if (MpiConnect fn = mpi_plugin(&why)) {
       std::string error;
       std::unique_ptr<WorkerGroup> g(fn(&cluster, timeout.count(), &error));
