@@ -17,6 +17,7 @@
 #include "kiln/train/layers.h"
 #include "kiln/train/model.h"
 #include "loopback.h"
+#include "gpus.h"
 #include "test_util.h"
 
 namespace kiln::train {
@@ -147,12 +148,10 @@ TEST(MirroredFit, MlpTwoReplicasEqualsOneDevice) {
 // GPU replicas (NCCL; up to 2 GPUs, skipped without one): the mlp equals one GPU, the
 // replicas' copies equal.
 TEST(MirroredFit, MlpOnGpusEqualsOneGpu) {
-  Backend* cuda = find_backend(DeviceType::kCUDA);
-  if (!cuda) GTEST_SKIP() << "no CUDA backend: " << backend_unavailable_reason(DeviceType::kCUDA);
-  if (cuda->device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda->no_device_reason();
-  const int n = std::min(2, cuda->device_count());
-  std::vector<Device> gpus;
-  for (int i = 0; i < n; ++i) gpus.push_back({DeviceType::kCUDA, i});
+  std::string why;
+  const std::vector<Device> gpus = kiln::testing::gpus_for_test(2, &why);
+  if (gpus.empty()) GTEST_SKIP() << why;
+  const int n = static_cast<int>(gpus.size());
   Data d = data(256, Shape{20}, 15);
   ModelPtr one = mlp(), many = mlp();
   CompileOptions co{optimizers::Adam({0.01}), {losses::SparseCategoricalCrossentropy(true)}, {"accuracy"}};

@@ -8,6 +8,7 @@
 #include "kiln/core/device_config.h"
 #include "kiln/distribute/strategy.h"
 #include "kiln/ops.h"
+#include "gpus.h"
 #include "test_util.h"
 
 // `stmt` throws `type` with a message containing `substr`.
@@ -236,12 +237,10 @@ TEST(MirroredStrategy, CrossReplicaSumInsideRun) {
 // GPU replicas sum over NCCL: weighted, every replica the same result (up to 2 GPUs;
 // skipped without one).
 TEST(MirroredStrategy, GpuReplicasAllReduceOverNccl) {
-  Backend* cuda = find_backend(DeviceType::kCUDA);
-  if (!cuda) GTEST_SKIP() << "no CUDA backend: " << backend_unavailable_reason(DeviceType::kCUDA);
-  if (cuda->device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda->no_device_reason();
-  const int n = std::min(2, cuda->device_count());
-  std::vector<Device> gpus;
-  for (int i = 0; i < n; ++i) gpus.push_back({DeviceType::kCUDA, i});
+  std::string why;
+  const std::vector<Device> gpus = kiln::testing::gpus_for_test(2, &why);
+  if (gpus.empty()) GTEST_SKIP() << why;
+  const int n = static_cast<int>(gpus.size());
   auto s = MirroredStrategy::create(gpus);
   std::vector<std::vector<float>> got(static_cast<size_t>(n));
   s->run([&](ReplicaContext& ctx) {
