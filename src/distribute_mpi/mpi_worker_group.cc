@@ -79,6 +79,8 @@ class Watchdog {
                      "died, hangs or lost the network; ending the job (MPI_Abort)\n",
                      rank_, size_, what_, static_cast<double>(timeout_.count()) / 1000.0);
         std::fflush(stderr);
+        // (Called while another thread waits inside MPI: beyond what MPI_THREAD_SERIALIZED
+        // promises, but the way out OpenMPI provides; tests/cli/train_multi_worker.sh.)
         MPI_Abort(MPI_COMM_WORLD, 1);
       }
     }
