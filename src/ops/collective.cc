@@ -11,8 +11,15 @@ std::vector<TensorMeta> infer_cross_replica_sum(std::span<const TensorMeta> in, 
   return detail::infer_same(in, attrs);
 }
 
-KILN_REGISTER_OP(detail::make_def("cross_replica_sum", "x summed over the replicas of a distribution strategy's step",
-                                  1, infer_cross_replica_sum));
+KILN_REGISTER_OP([] {
+  OpDef o = detail::make_def("cross_replica_sum", "x summed over the replicas of a distribution strategy's step", 1,
+                             infer_cross_replica_sum);
+  // Its value depends on the other replicas, not on its input alone: a (no-op) redraw
+  // marks it stateful, so graph passes never fold it into a constant, merge or
+  // duplicate it (OpDef::redraw).
+  o.redraw = [](Attrs&) {};
+  return o;
+}());
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include "gradcheck.h"
 #include "kiln/autodiff/tape.h"
 #include "kiln/core/cross_replica.h"
+#include "kiln/graph/function.h"
 #include "kiln/ops/collective.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/reduce.h"
@@ -37,6 +38,20 @@ TEST(CrossReplicaSum, SumsThroughTheInstalledCollectiveBothWays) {
   EXPECT_TRUE(array_equal(g[0], f64({3, 30, 300}, {3})));
   EXPECT_EQ(calls, 2);  // forward, backward
   EXPECT_KILN_ERROR(ops::cross_replica_sum(Tensor::from_vector<int32_t>({1}, {1})), kInvalidArgument, "");
+}
+
+// A traced function never folds the sum into a constant (its value depends on the other
+// replicas): the replay sums through the collective installed then.
+TEST(CrossReplicaSum, IsNeverFoldedInATrace) {
+  Function f([](const std::vector<Tensor>& a) {
+    const Tensor c = ops::add(f64({1, 2}, {2}), f64({1, 1}, {2}));  // a constant of the trace
+    return std::vector<Tensor>{ops::add(ops::cross_replica_sum(c), a[0])};
+  });
+  const Tensor zero = f64({0, 0}, {2});
+  EXPECT_TRUE(array_equal(f({zero})[0], f64({2, 3}, {2})));  // traced alone: one replica
+  CrossReplicaSumScope three([](const Tensor& t) { return ops::mul(t, ops::scalar(3, t.dtype())); });
+  EXPECT_TRUE(array_equal(f({zero})[0], f64({6, 9}, {2})));  // replayed under a collective
+  EXPECT_EQ(f.num_traces(), 1);
 }
 
 }  // namespace
