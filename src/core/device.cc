@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <mutex>
 
+#include "core/runtime_dir.h"
 #include "kiln/core/error.h"
 #include "kiln/core/flags.h"
 
@@ -18,17 +19,6 @@ std::array<std::atomic<Backend*>, kNumDeviceTypes> g_backends{};
 std::once_flag g_cuda_once;
 std::string g_cuda_reason;  // written once under g_cuda_once
 
-#ifdef KILN_CUDA_PLUGIN
-// The directory libkiln_runtime was loaded from (where libkiln_cuda.so is installed
-// and built next to it), with a trailing '/'; "" when unknown.
-std::string runtime_dir() {
-  Dl_info info{};
-  if (!dladdr(reinterpret_cast<void*>(&find_backend), &info) || !info.dli_fname) return "";
-  std::string path = info.dli_fname;
-  auto slash = path.rfind('/');
-  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
-}
-#endif
 
 // Loads the CUDA plugin; its static initialisers register the backend, the device
 // provider and the CUDA kernels. The handle stays open for the life of the process.
@@ -41,7 +31,7 @@ void load_cuda_plugin() {
   }
 #ifdef KILN_CUDA_PLUGIN
   // The plugin of this very version (its SONAME): a runtime never loads another's.
-  if (path.empty()) path = runtime_dir() + KILN_CUDA_PLUGIN;
+  if (path.empty()) path = detail::runtime_dir() + KILN_CUDA_PLUGIN;
 #endif
   if (path.empty()) {
     g_cuda_reason = "kiln was built without CUDA (nvcc not found or KILN_WITH_CUDA=OFF)";
@@ -56,6 +46,14 @@ void load_cuda_plugin() {
     g_cuda_reason = path + " was loaded but registered no CUDA backend";
 }
 }  // namespace
+
+std::string detail::runtime_dir() {
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&find_backend), &info) || !info.dli_fname) return "";
+  std::string path = info.dli_fname;
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
+}
 
 const char* device_type_name(DeviceType t) { return t == DeviceType::kCPU ? "cpu" : "cuda"; }
 

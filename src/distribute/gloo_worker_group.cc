@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <gloo/allgather_ring.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/barrier.h>
@@ -79,16 +80,17 @@ void GlooWorkerGroup::learn_peer_addresses() {
   // Each worker's pair toward worker p has an address of its own (its listening socket in
   // this Gloo; one per device in later ones): gather every worker's list, keep the
   // entries toward this worker.
-  std::string mine;
+  std::string mine;  // line p: this worker's address toward worker p
   for (int p = 0; p < size_; ++p) mine += (p == rank_ ? std::string() : context_->getPair(p)->address().str()) + "\n";
   const std::vector<std::string> all = all_gather(mine);
   peer_addresses_.assign(static_cast<size_t>(size_), std::string());
   for (int r = 0; r < size_; ++r) {
-    size_t b = 0;
-    for (int p = 0; p < rank_ && b != std::string::npos; ++p) b = all[static_cast<size_t>(r)].find('\n', b) + 1;
-    const size_t e = all[static_cast<size_t>(r)].find('\n', b);
-    if (r != rank_ && e != std::string::npos)
-      peer_addresses_[static_cast<size_t>(r)] = all[static_cast<size_t>(r)].substr(b, e - b);
+    if (r == rank_) continue;
+    std::vector<std::string> lines;
+    std::istringstream in(all[static_cast<size_t>(r)]);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    if (static_cast<size_t>(rank_) < lines.size())
+      peer_addresses_[static_cast<size_t>(r)] = lines[static_cast<size_t>(rank_)];
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/runtime_dir.h"
 #include "distribute/gloo_worker_group.h"
 #include "kiln/core/error.h"
 
@@ -55,7 +56,7 @@ char* WorkerGroup::contiguous(std::vector<Tensor>& tensors, DType dt) {
 
 namespace {
 
-// The MPI plugin (src/distribute_mpi/), next to this library: its connect function, or
+// The MPI plugin (src/distribute_mpi/), next to the runtime: its connect function, or
 // null with the reason. Loaded once; the handle stays open.
 using MpiConnect = WorkerGroup* (*)(const ClusterSpec* cluster, int64_t timeout_ms, std::string* error);
 MpiConnect mpi_plugin(std::string* why) {
@@ -64,13 +65,7 @@ MpiConnect mpi_plugin(std::string* why) {
   static std::string reason;
   std::call_once(once, [] {
 #ifdef KILN_MPI_PLUGIN
-    Dl_info info{};
-    std::string path = KILN_MPI_PLUGIN;
-    if (dladdr(reinterpret_cast<void*>(&mpi_plugin), &info) && info.dli_fname) {
-      const std::string self = info.dli_fname;
-      const size_t slash = self.rfind('/');
-      if (slash != std::string::npos) path = self.substr(0, slash + 1) + path;
-    }
+    const std::string path = detail::runtime_dir() + KILN_MPI_PLUGIN;
     void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);  // (MPI's own plugins need its symbols global)
     if (!lib) {
       const char* err = dlerror();

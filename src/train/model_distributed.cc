@@ -106,7 +106,7 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
     } else {
       std::vector<Tensor> xs(shard.begin(), shard.begin() + static_cast<std::ptrdiff_t>(nx));
       std::vector<Tensor> ys(shard.begin() + static_cast<std::ptrdiff_t>(nx), shard.end());
-      Gradients g = gradients(xs, ys, in_graph);
+      Gradients g = gradients(xs, ys, syncs ? in_graph : Tensor());
       loss = g.loss;
       preds[ri] = g.preds;
       grads = g.grads;
@@ -149,10 +149,10 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
       FunctionOptions fn_opts;
       fn_opts.name = name() + "_train_step_replica" + std::to_string(r);
       replica_grad_fns_[static_cast<size_t>(r)] = std::make_shared<Function>(
-          [this, nx](const std::vector<Tensor>& a) {  // inputs, targets, the objective's weight
+          [this, nx](const std::vector<Tensor>& a) {  // inputs, targets, the objective's weight (synchronized statistics)
             std::vector<Tensor> xs(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(nx));
             std::vector<Tensor> ys(a.begin() + static_cast<std::ptrdiff_t>(nx), a.end() - 1);
-            Gradients g = gradients(xs, ys, a.back());
+            Gradients g = gradients(xs, ys, syncs_replicas() ? a.back() : Tensor());
             std::vector<Tensor> out{g.loss};
             out.insert(out.end(), g.preds.begin(), g.preds.end());
             for (size_t i = 0; i < g.grads.size(); ++i)
