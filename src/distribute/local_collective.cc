@@ -32,7 +32,7 @@ inline void cpu_relax() {
 }  // namespace
 
 template <class F>
-void LocalCollective::arrive(F&& last) {
+void LocalCollective::arrive(F&& last, int spins) {
   std::unique_lock<std::mutex> lock(mu_);
   throw_if_aborted();
   const uint64_t generation = generation_.load();
@@ -51,15 +51,17 @@ void LocalCollective::arrive(F&& last) {
   // The replicas of a step arrive within microseconds of each other: spin a little
   // (a futex sleep and wake-up costs tens of microseconds a barrier), then sleep.
   lock.unlock();
-  for (int i = 0; i < 20000 && generation_.load(std::memory_order_acquire) == generation && !aborted_.load(); ++i)
+  for (int i = 0; i < spins && generation_.load(std::memory_order_acquire) == generation && !aborted_.load(); ++i)
     cpu_relax();
   lock.lock();
   cv_.wait(lock, [&] { return generation_.load() != generation || aborted_.load(); });
   throw_if_aborted();
 }
 
-void LocalCollective::barrier() {
-  arrive([] { return std::string(); });
+void LocalCollective::barrier() { barrier(kSpins); }
+
+void LocalCollective::barrier(int spins) {
+  arrive([] { return std::string(); }, spins);
 }
 
 void LocalCollective::abort(const std::string& reason) {
@@ -110,7 +112,8 @@ void reduce_slice(const std::vector<std::vector<Tensor>*>& inputs, const std::ve
 }
 }  // namespace
 
-void LocalCollective::all_reduce(int r, std::vector<Tensor>& tensors, double weight) {
+void LocalCollective::all_reduce(int r, std::vector<Tensor>& tensors, double weight, bool patient) {
+  const int spins = patient ? kPatientSpins : kSpins;
   {
     std::lock_guard<std::mutex> lock(mu_);
     inputs_[static_cast<size_t>(r)] = &tensors;
@@ -164,7 +167,7 @@ void LocalCollective::all_reduce(int r, std::vector<Tensor>& tensors, double wei
       for (const Tensor& t : ts) results_[static_cast<size_t>(q)].push_back(Tensor::empty(t.shape(), t.dtype(), t.device()));
     }
     return {};
-  });
+  }, spins);
   if (devices_) {
     // Each replica's weighted tensors (new ones: the caller's may be shared), summed in
     // place on the devices.
@@ -179,14 +182,14 @@ void LocalCollective::all_reduce(int r, std::vector<Tensor>& tensors, double wei
     else reduce_slice<double>(inputs_, weights_, k, results_, r, n_);
     if (!workers_) copy_slice(k, results_, r, n_);
   }
-  barrier();  // every slice written; no one reads the inputs any more
+  barrier(spins);  // every slice written; no one reads the inputs any more
   if (workers_) {
     // This process's sum, summed across the workers by one thread; then every replica
     // takes its slice of the result to the others.
     if (r == 0) workers_->all_reduce_sum(results_[0]);
-    barrier();
+    barrier(spins);
     for (size_t k = 0; k < tensors.size(); ++k) copy_slice(k, results_, r, n_);
-    barrier();
+    barrier(spins);
   }
   tensors = results_[static_cast<size_t>(r)];
 }

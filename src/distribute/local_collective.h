@@ -37,7 +37,9 @@ class LocalCollective {
   // replica copies the whole result afterwards.
   // GPU replicas: each scales its tensors by its weight and the devices' collective sums
   // them (NCCL: every replica gets the same result; the order of the additions is NCCL's).
-  void all_reduce(int r, std::vector<Tensor>& tensors, double weight);
+  // `patient`: a communication thread's call (PendingAllReduce), beside the replicas'
+  // compute: its barriers spin briefly before they sleep, not for a millisecond.
+  void all_reduce(int r, std::vector<Tensor>& tensors, double weight, bool patient = false);
   // Every current and later wait throws CancelledError(reason) until reset().
   void abort(const std::string& reason);
   // Ready for the next run (after every replica has returned).
@@ -47,7 +49,9 @@ class LocalCollective {
   // The barrier; `last` runs under the lock by the last thread to arrive, before the
   // others wake (and may abort with an error message).
   template <class F>
-  void arrive(F&& last);
+  void arrive(F&& last, int spins = kSpins);
+  void barrier(int spins);
+  static constexpr int kSpins = 20000, kPatientSpins = 200;  // pauses before sleeping
   void throw_if_aborted() const;
 
   const int n_;

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "distribute/comm_thread.h"
 #include "distribute/local_collective.h"
 #include "distribute/worker_group.h"
 #include "kiln/distribute/cluster.h"
@@ -136,14 +137,16 @@ Strategy::Strategy(std::vector<Device> devices, std::unique_ptr<WorkerGroup> wor
       workers_(std::move(workers)),
       collective_(std::make_unique<LocalCollective>(static_cast<int>(devices_.size()), workers_.get(),
                                                     device_group(devices_, workers_ && workers_->size() > 1))),
-      threads_(std::make_unique<Threads>(static_cast<int>(devices_.size()), collective_.get())) {}
+      threads_(std::make_unique<Threads>(static_cast<int>(devices_.size()), collective_.get())),
+      comm_threads_(devices_.size()) {}
 
 Strategy::~Strategy() = default;
 
 void Strategy::run(const std::function<void(ReplicaContext&)>& fn) {
   const int n = num_replicas_in_sync(), first = worker_rank() * num_local_replicas();
   threads_->run([&](int r) {
-    ReplicaContext ctx(r, first, n, devices_[static_cast<size_t>(r)], collective_.get());
+    ReplicaContext ctx(r, first, n, devices_[static_cast<size_t>(r)], collective_.get(), comm_,
+                       &comm_threads_[static_cast<size_t>(r)]);
     // ops::cross_replica_sum in the replica's model (synchronized BatchNormalization).
     CrossReplicaSumScope cross_replica([&ctx](const Tensor& x) {
       std::vector<Tensor> t{x};

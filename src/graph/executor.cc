@@ -171,6 +171,7 @@ struct Executor::Plan {
   std::vector<std::unique_ptr<const PreparedKernel>> kernels;
   std::vector<PrepareFn> prepared_by;
   std::vector<Stage> stages;                 // execution order (schedule())
+  std::vector<std::vector<size_t>> outputs_at;  // per stage: the graph outputs its nodes make
   size_t arena_bytes = 0;
   std::vector<Variable> updated;  // variables whose assigned values are kOverwrite buffers
   MemoryPlanStats stats;
@@ -381,6 +382,9 @@ Executor::Liveness Executor::plan_liveness(Plan& p) const {
   };
   for (ValueRef o : graph_.outputs) pin(o);
   for (const Assignment& a : graph_.assignments) pin(a.value);
+  p.outputs_at.assign(p.stages.size(), {});
+  for (size_t k = 0; k < graph_.outputs.size(); ++k)
+    p.outputs_at[l.stage_of[static_cast<size_t>(graph_.outputs[k].node)]].push_back(k);
   plan_variable_updates(p, l.stage_of);
   return l;
 }
@@ -498,7 +502,7 @@ std::shared_ptr<Executor::Plan> Executor::plan_for_run(const std::vector<Tensor>
   return plan;
 }
 
-std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
+std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs, const OutputReady& ready) {
   kiln::detail::DenormalScope denormals;  // the kernels below are called directly, not through ops
   for (size_t i = 0; i < inputs.size(); ++i)
     if (!inputs[i].defined()) throw InvalidArgumentError("graph: input " + std::to_string(i) + " is undefined");
@@ -567,23 +571,26 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
       }
     }
   };
-  for (const Stage& st : p.stages) {
+  auto value = [&](ValueRef v) { return rs.out[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)]; };
+  std::vector<Tensor> results(graph_.outputs.size());
+  auto make_result = [&](size_t k) {
+    // A constant returned as is would let callers write into the graph's weights (or
+    // into a read-only mapped package): give them a copy.
+    const ValueRef o = graph_.outputs[k];
+    ValueRef r = o;
+    while (is_view_op(graph_.nodes[static_cast<size_t>(r.node)].op)) r = graph_.nodes[static_cast<size_t>(r.node)].inputs[0];
+    const bool constant = graph_.nodes[static_cast<size_t>(r.node)].kind == NodeKind::kConstant;
+    results[k] = constant ? value(o).clone() : value(o);
+    if (ready) ready(k, results[k]);
+  };
+  for (size_t s = 0; s < p.stages.size(); ++s) {
+    const Stage& st = p.stages[s];
     if (st[1] < 0) {
       run_node(static_cast<size_t>(st[0]));
     } else {
       parallel_invoke([&] { run_node(static_cast<size_t>(st[0])); }, [&] { run_node(static_cast<size_t>(st[1])); });
     }
-  }
-  auto value = [&](ValueRef v) { return rs.out[static_cast<size_t>(v.node)][static_cast<size_t>(v.index)]; };
-  std::vector<Tensor> results;
-  results.reserve(graph_.outputs.size());
-  for (ValueRef o : graph_.outputs) {
-    // A constant returned as is would let callers write into the graph's weights (or
-    // into a read-only mapped package): give them a copy.
-    ValueRef r = o;
-    while (is_view_op(graph_.nodes[static_cast<size_t>(r.node)].op)) r = graph_.nodes[static_cast<size_t>(r.node)].inputs[0];
-    const bool constant = graph_.nodes[static_cast<size_t>(r.node)].kind == NodeKind::kConstant;
-    results.push_back(constant ? value(o).clone() : value(o));
+    for (size_t k : p.outputs_at[s]) make_result(k);
   }
   for (const Assignment& a : graph_.assignments) a.variable.assign(value(a.value));
   // Drop the per-node handles so arena views do not outlive the run.

@@ -56,6 +56,12 @@ void check_signature(const FunctionOptions& o, const std::vector<Tensor>& args) 
       if (s.shape[static_cast<size_t>(d)] >= 0 && s.shape[static_cast<size_t>(d)] != args[i].dim(d)) mismatch();
   }
 }
+
+// A call that did not run a plan gives its results to `ready` at the end.
+void give_all(const std::vector<Tensor>& results, const graph::Executor::OutputReady& ready) {
+  if (ready)
+    for (size_t k = 0; k < results.size(); ++k) ready(k, results[k]);
+}
 }  // namespace
 
 Function::Function(TracedFn fn, FunctionOptions opts) : state_(std::make_shared<State>()) {
@@ -89,7 +95,7 @@ ConcreteFunction& Function::concrete(const std::vector<Tensor>& args) {
   return *s.concrete.emplace(key, std::make_unique<ConcreteFunction>(std::move(g), s.opts)).first->second;
 }
 
-std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) {
+std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args, const graph::Executor::OutputReady& ready) {
   State& s = *state_;
   if (s.opts.input_signature) check_signature(s.opts, args);
   ConcreteFunction* last = nullptr;
@@ -97,7 +103,7 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) {
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.last && graph::detail::same_metas(s.last_metas, args)) last = s.last;
   }
-  if (last) return (*last)(args);
+  if (last) return (*last)(args, ready);
   const std::string exact = signature_key(args);
   {
     std::unique_lock<std::mutex> lock(s.mu);
@@ -113,6 +119,8 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) {
       graph::Graph g = graph::trace(s.fn, args, &results);
       ++s.traces;
       s.concrete.emplace(key, std::make_unique<ConcreteFunction>(std::move(g), s.opts));
+      lock.unlock();
+      give_all(results, ready);
       return results;
     }
     ConcreteFunction* f = it->second.get();
@@ -120,20 +128,29 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) {
       s.last_metas = graph::detail::metas_of(args);
       s.last = f;
       lock.unlock();
-      return (*f)(args);
+      return (*f)(args, ready);
     }
     lock.unlock();
+    std::vector<Tensor> results;
+    bool ran = false;
     try {
-      return (*f)(args);
+      results = (*f)(args);  // (`ready` once it succeeded: a retrace would give them again)
+      ran = true;
     } catch (const InvalidArgumentError&) {
       // The pinned trace fixed a dimension the signature leaves open: trace this shape.
     }
+    if (ran) {
+      give_all(results, ready);
+      return results;
+    }
   }
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::unique_lock<std::mutex> lock(s.mu);
   std::vector<Tensor> results;
   graph::Graph g = graph::trace(s.fn, args, &results);
   ++s.traces;
   s.concrete.emplace(exact, std::make_unique<ConcreteFunction>(std::move(g), s.opts));
+  lock.unlock();
+  give_all(results, ready);
   return results;
 }
 

@@ -86,6 +86,14 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                 "mpi (under mpirun: shared memory on one host; a lost worker ends the whole job), auto "
                 "(default: mpi under mpirun, else gloo)")
       ->check(CLI::IsMember({"auto", "gloo", "mpi"}));
+  c->add_option("--bytes-per-pack,--bytes_per_pack", a.bytes_per_pack,
+                "--strategy: the gradients are all-reduced in buckets of at least this many bytes, the last layer's "
+                "first (0: one all-reduce of every gradient; default 1 MiB)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--overlap", a.overlap,
+                "--strategy: on (default): each bucket's all-reduce starts as soon as the backward pass made it, "
+                "while the pass goes on; off: after the pass")
+      ->check(CLI::IsMember({"on", "off"}));
   c->add_option("--devices", a.strategy_devices,
                 "The replicas' devices for --strategy, e.g. cpu:0,cpu:1 (default: one logical CPU device per core; "
                 "the CPU is split into as many logical devices as the list needs unless --logical-devices says "
@@ -142,6 +150,8 @@ namespace {
 std::shared_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
   if (a.strategy.empty()) {
     if (!a.strategy_devices.empty()) throw InvalidArgumentError("kiln train: --devices needs --strategy");
+    if (a.bytes_per_pack >= 0 || a.overlap != "on")
+      throw InvalidArgumentError("kiln train: --bytes-per-pack and --overlap need --strategy");
     return nullptr;
   }
   if (!a.device.empty()) throw InvalidArgumentError("kiln train: --device and --strategy exclude each other (use --devices)");
@@ -165,7 +175,14 @@ std::shared_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
   if (cpus > 1 && config::get_logical_device_configuration(Device::cpu()).empty())
     config::set_logical_device_configuration(Device::cpu(),
                                              std::vector<config::LogicalDeviceConfig>(static_cast<size_t>(cpus)));
-  if (!multi) return distribute::MirroredStrategy::create(devices);
+  distribute::CommunicationOptions comm;
+  if (a.bytes_per_pack >= 0) comm.bytes_per_pack = a.bytes_per_pack;
+  comm.overlap = a.overlap == "on";
+  if (!multi) {
+    auto s = distribute::MirroredStrategy::create(devices);
+    s->set_communication_options(comm);
+    return s;
+  }
   const distribute::ClusterSpec cluster = distribute::ClusterSpec::from_environment();
   if (cluster.source.empty())
     throw InvalidArgumentError("kiln train --strategy multi_worker: no workers in the environment (run it under "
@@ -176,6 +193,7 @@ std::shared_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
   std::fprintf(stderr, "kiln train: worker %d of %d (%s), joining the others...\n", cluster.rank, cluster.size,
                cluster.source.c_str());
   auto s = distribute::MultiWorkerMirroredStrategy::create(cluster, devices, a.worker_timeout, collectives);
+  s->set_communication_options(comm);
   std::fprintf(stderr, "kiln train: worker %d of %d: collectives over %s\n", cluster.rank, cluster.size,
                s->collectives().c_str());
   return s;

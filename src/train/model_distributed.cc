@@ -88,37 +88,46 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
     DeviceScope scope(ctx.device());
     const std::vector<Tensor>& shard = shards[ri];
     std::vector<Variable> vars = trainable_weights();
-    std::vector<Tensor> grads;
-    Tensor loss;
+    const size_t nv = vars.size();
     const double weight = static_cast<double>(shard_rows[ri]) / static_cast<double>(rows);
     const Tensor in_graph = Tensor::scalar<float>(syncs ? static_cast<float>(weight) : 1.0f).to(ctx.device());
+    // The gradients are all-reduced in buckets, the last layer's first (the order the
+    // backward pass makes them), and the loss with them: position 0 the loss, position
+    // 1 + k the gradient of variable nv - 1 - k. Synchronized statistics put collectives
+    // in the pass itself: then the gradients are reduced after it.
+    distribute::PendingAllReduce pending =
+        ctx.start_all_reduce(nv + 1, distribute::ReduceOp::kSum, syncs ? 1.0 : weight, /*may_overlap=*/!syncs);
+    auto give_loss = [&](const Tensor& loss) {
+      Tensor l = loss.dtype() == DType::kF64 ? loss : loss.to(DType::kF32);  // the batch's mean over every replica
+      if (syncs) l = ops::mul(l, ops::scalar(weight, l.dtype()));
+      pending.give(0, l);
+    };
     if (shard_rows[ri] == 0) {  // fewer rows than replicas: this one adds nothing
-      for (const Variable& v : vars) grads.push_back(Tensor::zeros(v.shape(), v.dtype(), ctx.device()));
-      loss = Tensor::zeros({}, DType::kF32, ctx.device());
+      give_loss(Tensor::zeros({}, DType::kF32, ctx.device()));
+      for (size_t i = 0; i < nv; ++i) pending.give(nv - i, Tensor::zeros(vars[i].shape(), vars[i].dtype(), ctx.device()));
     } else if (traced) {
       std::vector<Tensor> args = shard;
       args.push_back(in_graph);
-      std::vector<Tensor> out = (*replica_grad_fns_[ri])(args);
-      loss = out[0];
-      const size_t np = out.size() - 1 - vars.size();
-      preds[ri].assign(out.begin() + 1, out.begin() + 1 + static_cast<std::ptrdiff_t>(np));
-      grads.assign(out.begin() + 1 + static_cast<std::ptrdiff_t>(np), out.end());
+      // Each gradient goes to its bucket as soon as the replay has made it (outputs: the
+      // loss, the gradients, the predictions).
+      std::vector<Tensor> out = (*replica_grad_fns_[ri])(args, [&](size_t k, const Tensor& t) {
+        if (k == 0) give_loss(t);
+        else if (k <= nv) pending.give(nv + 1 - k, t);
+      });
+      preds[ri].assign(out.begin() + 1 + static_cast<std::ptrdiff_t>(nv), out.end());
     } else {
       std::vector<Tensor> xs(shard.begin(), shard.begin() + static_cast<std::ptrdiff_t>(nx));
       std::vector<Tensor> ys(shard.begin() + static_cast<std::ptrdiff_t>(nx), shard.end());
       Gradients g = gradients(xs, ys, syncs ? in_graph : Tensor());
-      loss = g.loss;
+      give_loss(g.loss);
       preds[ri] = g.preds;
-      grads = g.grads;
-      for (size_t i = 0; i < grads.size(); ++i)  // a weight the loss does not reach
-        if (!grads[i].defined()) grads[i] = Tensor::zeros(vars[i].shape(), vars[i].dtype(), ctx.device());
+      for (size_t i = 0; i < nv; ++i)  // (zeros for a weight the loss does not reach)
+        pending.give(nv - i, g.grads[i].defined() ? g.grads[i] : Tensor::zeros(vars[i].shape(), vars[i].dtype(), ctx.device()));
     }
-    // The loss rides along: the batch's mean loss over every replica of the job.
-    grads.push_back(loss.dtype() == DType::kF64 ? loss : loss.to(DType::kF32));
-    if (syncs) grads.back() = ops::mul(grads.back(), ops::scalar(weight, grads.back().dtype()));
-    ctx.all_reduce(grads, distribute::ReduceOp::kSum, syncs ? 1.0 : weight);
-    losses[ri] = grads.back();
-    grads.pop_back();
+    std::vector<Tensor> reduced = pending.wait();
+    losses[ri] = reduced[0];
+    std::vector<Tensor> grads(nv);
+    for (size_t i = 0; i < nv; ++i) grads[i] = std::move(reduced[nv - i]);
     if (traced) {
       std::vector<Tensor> args = grads;
       args.push_back(hyper.to(ctx.device()));
@@ -154,9 +163,9 @@ Logs Model::distributed_train_step(const std::vector<Tensor>& x, const std::vect
             std::vector<Tensor> ys(a.begin() + static_cast<std::ptrdiff_t>(nx), a.end() - 1);
             Gradients g = gradients(xs, ys, syncs_replicas() ? a.back() : Tensor());
             std::vector<Tensor> out{g.loss};
-            out.insert(out.end(), g.preds.begin(), g.preds.end());
             for (size_t i = 0; i < g.grads.size(); ++i)
               out.push_back(g.grads[i].defined() ? g.grads[i] : ops::zeros_like(g.vars[i].peek()));
+            out.insert(out.end(), g.preds.begin(), g.preds.end());
             return out;
           },
           fn_opts);

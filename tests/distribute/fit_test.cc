@@ -305,7 +305,8 @@ TEST(MirroredFit, BadBatchesAreTypedErrors) {
 // Two workers as threads of this process (each its own model and
 // MultiWorkerMirroredStrategy, over loopback TCP) against one device.
 // Two workers as threads over loopback, one replica each: `fit(model, rank)` on w0 and w1.
-std::vector<History> on_two_workers(Model& w0, Model& w1, const std::function<History(Model&, int)>& fit) {
+std::vector<History> on_two_workers(Model& w0, Model& w1, const std::function<History(Model&, int)>& fit,
+                                    const distribute::CommunicationOptions& comm = {}) {
   const int port = kiln::testing::free_port();
   std::vector<History> hist(2);
   std::vector<std::string> errors(2);
@@ -319,6 +320,7 @@ std::vector<History> on_two_workers(Model& w0, Model& w1, const std::function<Hi
         c.coordinator = "127.0.0.1:" + std::to_string(port);
         c.host = "127.0.0.1";
         auto s = distribute::MultiWorkerMirroredStrategy::create(c, {Device{DeviceType::kCPU, r}}, 30);
+        s->set_communication_options(comm);
         EXPECT_EQ(s->num_replicas_in_sync(), 2);
         EXPECT_EQ(s->num_local_replicas(), 1);
         Model& m = r == 0 ? w0 : w1;
@@ -346,6 +348,37 @@ TEST(MultiWorkerFit, TwoWorkersEqualOneDevice) {
   // Metrics of the global batches (the workers' predictions gathered), on every worker.
   EXPECT_EQ(hist[0].at("accuracy"), hist[1].at("accuracy"));
   EXPECT_NEAR(hist[0].at("accuracy").back(), h1.at("accuracy").back(), 1e-9);
+}
+
+// The gradients all-reduced in one bucket after the backward pass, or in buckets of
+// every size while it runs: the same bits (the buckets are reduced elementwise in
+// replica order whatever their size, and each bucket's gradients are final when given).
+TEST(MirroredFit, OverlapAndBucketSizesGiveTheSameBits) {
+  Data d = data(160, Shape{14, 14, 1}, 9);
+  ModelPtr ref = cnn();
+  auto s = MirroredStrategy::create("cpu:0,cpu:1,cpu:2");
+  s->set_communication_options({0, false});
+  compile(*ref, s);
+  ref->fit(d.x, d.y, fit_options(2, 32));
+  for (const distribute::CommunicationOptions& comm : std::vector<distribute::CommunicationOptions>{
+           {1, true}, {1, false}, {300, true}, {1 << 20, true}}) {
+    SCOPED_TRACE(::testing::Message() << "bytes_per_pack " << comm.bytes_per_pack << ", overlap " << comm.overlap);
+    ModelPtr m = cnn();
+    auto sc = MirroredStrategy::create("cpu:0,cpu:1,cpu:2");
+    sc->set_communication_options(comm);
+    compile(*m, sc);
+    m->fit(d.x, d.y, fit_options(2, 32));
+    EXPECT_EQ(max_diff(*ref, *m), 0.0);
+    expect_copies_equal(*m, 3);
+  }
+  // Across workers too: every tensor its own bucket, overlapped, against one bucket.
+  ModelPtr a0 = mlp(), a1 = mlp(), b0 = mlp(), b1 = mlp();
+  Data e = data(200, Shape{20}, 4);
+  auto fit = [&](Model& m, int) { return m.fit(e.x, e.y, fit_options(2, 50)); };
+  on_two_workers(*a0, *a1, fit, {0, false});
+  on_two_workers(*b0, *b1, fit, {1, true});
+  EXPECT_EQ(max_diff(*a0, *b0), 0.0);
+  EXPECT_EQ(max_diff(*b0, *b1), 0.0);
 }
 
 // fit(Dataset) on two workers: each reads its part of every global batch (auto-sharded by

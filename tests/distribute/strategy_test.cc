@@ -152,6 +152,119 @@ TEST(MirroredStrategy, AFailingReplicaReleasesTheOthers) {
   EXPECT_EQ(ok, 1);
 }
 
+// Seven tensors (f32 and f64, 4 to 8000 bytes) given in a different order on each
+// replica: the buckets are the same everywhere and the sums are one all-reduce's, bit
+// for bit, with and without overlap.
+TEST(MirroredStrategy, PendingAllReduceIsOneAllReduceInBuckets) {
+  auto s = MirroredStrategy::create("cpu:0,cpu:1,cpu:2");
+  const std::vector<int64_t> sizes = {3, 1000, 1, 17, 250, 2, 64};
+  auto tensors = [&](int r) {
+    std::vector<Tensor> ts;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      ts.push_back(kiln::testing::rand_tensor({sizes[i]}, i % 3 == 1 ? DType::kF64 : DType::kF32, -1e3, 1e3,
+                                              static_cast<uint64_t>(100 * r + i))
+                       .to(cpu(r)));
+    return ts;
+  };
+  const std::vector<double> w = {0.25, 0.5, 0.25};
+  std::vector<std::vector<Tensor>> want(3);
+  s->run([&](ReplicaContext& ctx) {
+    std::vector<Tensor> ts = tensors(ctx.replica_id());
+    ctx.all_reduce(ts, ReduceOp::kSum, w[static_cast<size_t>(ctx.replica_id())]);
+    want[static_cast<size_t>(ctx.replica_id())] = ts;
+  });
+  // bytes_per_pack 0: one bucket; 4: every tensor its own; 2000: the tensors of sizes
+  // [3, 1000] [1, 17, 250] (4 + 68 + 2000 bytes) [2, 64].
+  for (const bool overlap : {true, false})
+    for (const auto& [pack, buckets] : std::vector<std::pair<int64_t, size_t>>{{0, 1}, {4, 7}, {2000, 3}}) {
+      SCOPED_TRACE(::testing::Message() << "overlap " << overlap << ", bytes_per_pack " << pack);
+      s->set_communication_options({pack, overlap});
+      std::vector<std::vector<Tensor>> got(3);
+      std::vector<size_t> made(3);
+      s->run([&](ReplicaContext& ctx) {
+        const int r = ctx.replica_id();
+        std::vector<Tensor> ts = tensors(r);
+        PendingAllReduce p = ctx.start_all_reduce(ts.size(), ReduceOp::kSum, w[static_cast<size_t>(r)]);
+        // Replica 0 in order, 1 backwards, 2 odd indexes first.
+        std::vector<size_t> order(ts.size());
+        for (size_t i = 0; i < order.size(); ++i) order[i] = r == 1 ? order.size() - 1 - i : i;
+        if (r == 2) std::stable_partition(order.begin(), order.end(), [](size_t i) { return i % 2 == 1; });
+        for (size_t i : order) p.give(i, ts[i]);
+        got[static_cast<size_t>(r)] = p.wait();
+        made[static_cast<size_t>(r)] = p.num_buckets();
+      });
+      for (int r = 0; r < 3; ++r) {
+        EXPECT_EQ(made[static_cast<size_t>(r)], buckets);
+        ASSERT_EQ(got[static_cast<size_t>(r)].size(), sizes.size());
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          const Tensor& g = got[static_cast<size_t>(r)][i];
+          EXPECT_EQ(g.device(), cpu(r));
+          EXPECT_TRUE(array_equal(g.to(Device::cpu()), want[0][i].to(Device::cpu()))) << "replica " << r << ", tensor " << i;
+        }
+      }
+    }
+  s->set_communication_options({});
+}
+
+TEST(MirroredStrategy, PendingAllReduceErrors) {
+  auto s = MirroredStrategy::create("cpu:0,cpu:1");
+  for (const bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap);
+    s->set_communication_options({4, overlap});
+    // Misuse in one replica is an error there; the other's buckets are cancelled.
+    EXPECT_THROW_MSG(s->run([&](ReplicaContext& ctx) {
+      PendingAllReduce p = ctx.start_all_reduce(2);
+      p.give(0, Tensor::zeros({2}));
+      if (ctx.replica_id() == 1) p.give(0, Tensor::zeros({2}));
+      p.give(1, Tensor::zeros({2}));
+      p.wait();
+    }),
+                     InvalidArgumentError, "tensor 0 given twice");
+    EXPECT_THROW_MSG(s->run([&](ReplicaContext& ctx) {
+      PendingAllReduce p = ctx.start_all_reduce(2);
+      p.give(ctx.replica_id() == 0 ? 5 : 0, Tensor::zeros({2}));
+    }),
+                     InvalidArgumentError, "tensor 5 of 2");
+    EXPECT_THROW_MSG(s->run([&](ReplicaContext& ctx) {
+      PendingAllReduce p = ctx.start_all_reduce(3);
+      p.give(0, Tensor::zeros({2}));
+      if (ctx.replica_id() == 0) p.give(1, Tensor::zeros({2}));
+      p.give(2, Tensor::zeros({2}));
+      p.wait();
+    }),
+                     InvalidArgumentError, "tensor 1 of 3 was not given");
+    // A replica that throws between its buckets releases the other, which waits in its second.
+    EXPECT_THROW_MSG(s->run([&](ReplicaContext& ctx) {
+      PendingAllReduce p = ctx.start_all_reduce(3);
+      p.give(0, Tensor::zeros({2}));
+      if (ctx.replica_id() == 1) throw NotFoundError("replica one lost its gradients");
+      p.give(1, Tensor::zeros({2}));
+      p.give(2, Tensor::zeros({2}));
+      p.wait();
+    }),
+                     NotFoundError, "lost its gradients");
+    // Mismatched shapes: the collective's own error, in every replica.
+    EXPECT_THROW_MSG(s->run([&](ReplicaContext& ctx) {
+      PendingAllReduce p = ctx.start_all_reduce(1);
+      p.give(0, Tensor::zeros({ctx.replica_id() + 1}));
+      p.wait();
+    }),
+                     InvalidArgumentError, "replica 1's tensor 0 is f32[2]");
+    // Usable afterwards.
+    std::vector<double> sums(2);
+    s->run([&](ReplicaContext& ctx) {
+      PendingAllReduce p = ctx.start_all_reduce(2);
+      p.give(1, Tensor::scalar<float>(2.0f));
+      p.give(0, Tensor::scalar<float>(1.0f));
+      std::vector<Tensor> out = p.wait();
+      sums[static_cast<size_t>(ctx.replica_id())] = out[0].item<double>() + 10 * out[1].item<double>();
+      EXPECT_THROW(p.wait(), FailedPreconditionError);
+    });
+    EXPECT_EQ(sums, (std::vector<double>{42.0, 42.0}));
+  }
+  s->set_communication_options({});
+}
+
 TEST(MirroredStrategy, SplitsBatchesByRows) {
   auto s = MirroredStrategy::create("cpu:0,cpu:1,cpu:2");
   EXPECT_EQ(s->shard_rows(7), (std::vector<int64_t>{3, 2, 2}));

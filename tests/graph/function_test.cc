@@ -1,6 +1,7 @@
 // kiln::function: tracing, concrete functions per signature, pinned signatures,
 // variables by reference, assignments, a traced train step, and the executor's memory
 // plan. References: the same callables run eagerly.
+#include <algorithm>
 #include <filesystem>
 
 #include "kiln/autodiff/tape.h"
@@ -250,6 +251,49 @@ TEST(ExecutorTest, MemoryPlanReusesBuffersOfAChain) {
   Tensor again = f({x})[0];
   EXPECT_NE(again.raw_data(), got.raw_data());
   EXPECT_CLOSE(got, want, 1e-6, 1e-6);
+}
+
+TEST(ExecutorTest, OutputsAreGivenAsSoonAsMade) {
+  // Output 1 (a) is made first, output 0 (c) last, output 2 is a constant: `ready` sees
+  // each once, before run() returns, in the order they are made, with the tensors run()
+  // returns (given all at the end, they would come in index order).
+  FunctionOptions unfused;
+  unfused.passes.level = 1;
+  Function f = function([](const std::vector<Tensor>& x) {
+    Tensor a = ops::tanh(x[0]);
+    Tensor b = ops::exp(ops::matmul(a, a));
+    Tensor c = ops::relu(ops::matmul(b, a));
+    return std::vector<Tensor>{c, a, Tensor::from_vector<float>({1, 2}, {2})};
+  }, unfused);
+  Tensor x = rand_tensor({16, 16}, DType::kF32, -1, 1, 3);
+  std::vector<size_t> order;
+  std::vector<Tensor> given(3);
+  auto ready = [&](size_t k, const Tensor& t) {
+    order.push_back(k);
+    given[k] = t;
+  };
+  // The first call traces: the results are given after its traced run.
+  std::vector<Tensor> traced = f({x}, ready);
+  EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2}));
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(given[k].raw_data(), traced[k].raw_data());
+  // A planned run: as each is made.
+  order.clear();
+  std::vector<Tensor> out = f({x}, ready);
+  ASSERT_EQ(order.size(), 3u);
+  const auto pos = [&](size_t k) { return std::find(order.begin(), order.end(), k) - order.begin(); };
+  EXPECT_LT(pos(1), pos(0));  // a before c
+  std::sort(order.begin(), order.end());
+  EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2}));  // once each
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(given[k].raw_data(), out[k].raw_data());
+    EXPECT_CLOSE(out[k], traced[k], 1e-5, 1e-5);
+  }
+  // The constant is a copy, not the graph's own.
+  EXPECT_NE(out[2].raw_data(), traced[2].raw_data());
+  // What `ready` throws ends the run.
+  EXPECT_KILN_ERROR(f({x}, [](size_t, const Tensor&) { throw InvalidArgumentError("stop here"); }), kInvalidArgument,
+                    "stop here");
+  EXPECT_CLOSE(f({x})[0], out[0], 1e-6, 1e-6);  // and the next run is whole
 }
 
 TEST(ExecutorTest, DumpsGraphsPerPass) {

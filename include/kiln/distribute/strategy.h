@@ -65,9 +65,54 @@ enum class Collectives {
           // the timeout
 };
 
+// How the replicas all-reduce the gradients of a training step
+// (tf.distribute.experimental.CommunicationOptions; PyTorch DDP's buckets).
+struct CommunicationOptions {
+  // The gradients are packed into buckets of at least this many bytes (the last one may
+  // be smaller), in the order the backward pass makes them (the last layer's first);
+  // each bucket is one all-reduce. <= 0: one bucket, all gradients in one all-reduce.
+  int64_t bytes_per_pack = int64_t{1} << 20;
+  // Start each bucket's all-reduce (on a communication thread of the replica's) as soon
+  // as the backward pass has made its gradients, while the pass goes on; off: the
+  // buckets are reduced one after the other once the pass has ended. CPU replicas only
+  // (GPU replicas reduce after the pass). The results are the same bits either way.
+  bool overlap = true;
+};
+
 class LocalCollective;
 class WorkerGroup;
+class CommThread;
 struct ClusterSpec;
+
+// An all-reduce whose tensors are given one by one, as they are computed
+// (ReplicaContext::start_all_reduce): every replica gives the same number of tensors,
+// tensor i of the same shape and dtype on each (f32 or f64), in any order; they are
+// packed into buckets by position (CommunicationOptions::bytes_per_pack: a bucket
+// closes once its tensors reach that size, so the buckets are the same on every replica
+// whatever the order they were given in) and the buckets are reduced in position order:
+// the sums are those of one all-reduce of all the tensors, bit for bit.
+class PendingAllReduce {
+ public:
+  PendingAllReduce(PendingAllReduce&&) noexcept;
+  PendingAllReduce& operator=(PendingAllReduce&&) noexcept;
+  // Unless wait() returned: aborts the replicas' collectives (the others end with
+  // CancelledError, as when a replica throws) and waits for the buckets in flight.
+  ~PendingAllReduce();
+  // Tensor `index` (< count); each is given once (InvalidArgumentError otherwise). Its
+  // data must stay as it is until wait() returns.
+  void give(size_t index, const Tensor& t);
+  // Returns the reductions, by index, once every bucket is done; InvalidArgumentError when
+  // a tensor was not given; a collective's error (CancelledError when another replica failed).
+  std::vector<Tensor> wait();
+  // The buckets so far (every tensor given: all of them).
+  size_t num_buckets() const;
+
+ private:
+  friend class ReplicaContext;
+  struct State;
+  explicit PendingAllReduce(std::unique_ptr<State> s);
+  std::unique_ptr<State> s_;
+};
 
 // What a replica's function sees inside Strategy::run.
 class ReplicaContext {
@@ -86,16 +131,27 @@ class ReplicaContext {
   // calls are an InvalidArgumentError in every replica. Across workers the sum takes
   // every replica of the job.
   void all_reduce(std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::kSum, double weight = 1.0);
+  // The same reduction of `count` tensors given one by one (PendingAllReduce), in buckets
+  // that start while the caller computes the rest (the strategy's CommunicationOptions).
+  // Until wait() returns, the replica runs no other collective (they would interleave
+  // with the buckets) unless `may_overlap` is false: the buckets then wait for wait()
+  // (a computation with collectives of its own: synchronized BatchNormalization's).
+  PendingAllReduce start_all_reduce(size_t count, ReduceOp op = ReduceOp::kSum, double weight = 1.0,
+                                    bool may_overlap = true);
   // Returns when every replica of this process has called it.
   void barrier();
 
  private:
   friend class Strategy;
-  ReplicaContext(int local, int first, int n, Device device, LocalCollective* collective)
-      : local_(local), first_(first), num_replicas_(n), device_(device), collective_(collective) {}
+  ReplicaContext(int local, int first, int n, Device device, LocalCollective* collective,
+                 const CommunicationOptions& comm, std::unique_ptr<CommThread>* comm_thread)
+      : local_(local), first_(first), num_replicas_(n), device_(device), collective_(collective), comm_(comm),
+        comm_thread_(comm_thread) {}
   int local_, first_, num_replicas_;
   Device device_;
   LocalCollective* collective_;
+  CommunicationOptions comm_;
+  std::unique_ptr<CommThread>* comm_thread_;  // the replica's (made at its first overlapped all-reduce)
 };
 
 class Strategy {
@@ -121,6 +177,10 @@ class Strategy {
   // Returns when every worker has called it (no-op in one process): Model::fit calls it
   // before the first epoch, so the workers' startup (loading data) does not count in it.
   void sync_workers() const;
+
+  // How gradients are all-reduced (see CommunicationOptions); set between runs.
+  const CommunicationOptions& communication_options() const { return comm_; }
+  void set_communication_options(const CommunicationOptions& options) { comm_ = options; }
 
   // Runs fn on every replica at once (see the top of this file) and returns when all
   // have finished; rethrows the first error of a replica. ops::cross_replica_sum inside
@@ -162,6 +222,8 @@ class Strategy {
   std::unique_ptr<WorkerGroup> workers_;  // null in one process
   std::unique_ptr<LocalCollective> collective_;
   std::unique_ptr<Threads> threads_;
+  CommunicationOptions comm_;
+  std::vector<std::unique_ptr<CommThread>> comm_threads_;  // per local replica, made when first needed
 };
 using StrategyPtr = std::shared_ptr<Strategy>;
 

@@ -34,6 +34,7 @@
 // as many as the most runs that were ever concurrent). At most kMaxPlans plans are
 // cached (oldest evicted first). Graphs with variable assignments should not be run
 // concurrently (the assignments race, as they would in eager code).
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -61,10 +62,18 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
+  // Called by run() with each output (its index in graph().outputs, and the tensor run()
+  // returns for it) as soon as the node that makes it has run, while the rest of the
+  // graph still runs: once per output, on the calling thread, in the schedule's order.
+  // The tensor is final (an output has a buffer of its own) and must not be written.
+  // (A strategy starts all-reducing the first gradients while the backward pass goes
+  // on.) On CUDA the tensor's kernels are enqueued, not finished: read it in the stream's order.
+  using OutputReady = std::function<void(size_t index, const Tensor& value)>;
+
   // Runs the graph on `inputs` (graph.num_inputs tensors) and applies its
   // assignments; returns the outputs. Throws InvalidArgumentError when the inputs do
-  // not fit the graph (count, dtype, or shapes its ops reject).
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // not fit the graph (count, dtype, or shapes its ops reject), and what `ready` throws.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const OutputReady& ready = nullptr);
   // The memory plan for inputs of these shapes and dtypes (planned if new).
   MemoryPlanStats memory_stats(const std::vector<TensorMeta>& inputs);
   // The outputs' shapes and dtypes for inputs of these (planned if new); throws as run().

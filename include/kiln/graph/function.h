@@ -48,7 +48,6 @@
 #include <vector>
 
 #include "kiln/core/tensor_spec.h"
-#include "kiln/core/tensor_spec.h"
 #include "kiln/graph/executor.h"
 #include "kiln/graph/passes.h"
 
@@ -71,7 +70,9 @@ class ConcreteFunction {
   const graph::Graph& traced_graph() const { return traced_; }
   const graph::Graph& graph() const { return executor_->graph(); }
   graph::Executor& executor() { return *executor_; }
-  std::vector<Tensor> operator()(const std::vector<Tensor>& args) { return executor_->run(args); }
+  std::vector<Tensor> operator()(const std::vector<Tensor>& args, const graph::Executor::OutputReady& ready = nullptr) {
+    return executor_->run(args, ready);
+  }
 
  private:
   graph::Graph traced_;
@@ -81,7 +82,9 @@ class ConcreteFunction {
 class Function {
  public:
   explicit Function(TracedFn fn, FunctionOptions opts = {});
-  std::vector<Tensor> operator()(const std::vector<Tensor>& args);
+  // `ready` (graph::Executor::run): each result as soon as it is computed, once each; a
+  // call that traces gives them all after its traced run.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& args, const graph::Executor::OutputReady& ready = nullptr);
   // The concrete function for these arguments (tracing it on them if new: the call
   // then also runs the callable once).
   ConcreteFunction& concrete(const std::vector<Tensor>& args);
