@@ -19,6 +19,8 @@ LocalCollective::LocalCollective(int replicas, WorkerGroup* workers, std::unique
 
 LocalCollective::~LocalCollective() = default;
 
+bool LocalCollective::waits_on_network() const { return workers_ && workers_->backend() == "gloo"; }
+
 void LocalCollective::throw_if_aborted() const {
   if (aborted_) throw CancelledError(reason_);
 }

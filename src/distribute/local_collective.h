@@ -29,6 +29,8 @@ class LocalCollective {
   ~LocalCollective();
 
   int replicas() const { return n_; }
+  // Whether the cross-worker part waits on a network without taking a core (Gloo's TCP).
+  bool waits_on_network() const;
   // Returns when all replicas have called it (CancelledError once aborted).
   void barrier();
   // Replica r's part of an all-reduce: `tensors` become sum over replicas of

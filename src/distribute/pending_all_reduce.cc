@@ -137,7 +137,9 @@ PendingAllReduce ReplicaContext::start_all_reduce(size_t count, ReduceOp op, dou
   s->weight = op == ReduceOp::kMean ? weight / num_replicas_ : weight;
   s->bytes_per_pack = comm_.bytes_per_pack;
   s->given.resize(count);
-  if (may_overlap && comm_.overlap && device_.type == DeviceType::kCPU) {
+  const bool overlap = comm_.overlap == CommunicationOptions::Overlap::kOn ||
+                       (comm_.overlap == CommunicationOptions::Overlap::kAuto && collective_->waits_on_network());
+  if (may_overlap && overlap && device_.type == DeviceType::kCPU) {
     if (!*comm_thread_) *comm_thread_ = std::make_unique<CommThread>();
     s->thread = comm_thread_->get();
   }

@@ -91,9 +91,10 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                 "first (0: one all-reduce of every gradient; default 1 MiB)")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--overlap", a.overlap,
-                "--strategy: on (default): each bucket's all-reduce starts as soon as the backward pass made it, "
-                "while the pass goes on; off: after the pass")
-      ->check(CLI::IsMember({"on", "off"}));
+                "--strategy: on: each bucket's all-reduce starts as soon as the backward pass made it, while the "
+                "pass goes on; off: after the pass; auto (default): on over Gloo (TCP), off in one process and over "
+                "MPI (shared memory), where the all-reduce needs the cores that compute")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   c->add_option("--devices", a.strategy_devices,
                 "The replicas' devices for --strategy, e.g. cpu:0,cpu:1 (default: one logical CPU device per core; "
                 "the CPU is split into as many logical devices as the list needs unless --logical-devices says "
@@ -150,7 +151,7 @@ namespace {
 std::shared_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
   if (a.strategy.empty()) {
     if (!a.strategy_devices.empty()) throw InvalidArgumentError("kiln train: --devices needs --strategy");
-    if (a.bytes_per_pack >= 0 || a.overlap != "on")
+    if (a.bytes_per_pack >= 0 || a.overlap != "auto")
       throw InvalidArgumentError("kiln train: --bytes-per-pack and --overlap need --strategy");
     return nullptr;
   }
@@ -177,7 +178,8 @@ std::shared_ptr<distribute::Strategy> make_strategy(const TrainArgs& a) {
                                              std::vector<config::LogicalDeviceConfig>(static_cast<size_t>(cpus)));
   distribute::CommunicationOptions comm;
   if (a.bytes_per_pack >= 0) comm.bytes_per_pack = a.bytes_per_pack;
-  comm.overlap = a.overlap == "on";
+  using Overlap = distribute::CommunicationOptions::Overlap;
+  comm.overlap = a.overlap == "on" ? Overlap::kOn : a.overlap == "off" ? Overlap::kOff : Overlap::kAuto;
   if (!multi) {
     auto s = distribute::MirroredStrategy::create(devices);
     s->set_communication_options(comm);

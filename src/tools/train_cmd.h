@@ -38,7 +38,7 @@ struct TrainArgs {
   double worker_timeout = 60;          // --worker-timeout: seconds to wait for the other workers
   std::string collectives = "auto";    // --collectives auto|gloo|mpi (multi_worker)
   int64_t bytes_per_pack = -1;         // --bytes-per-pack: gradient bucket size (-1: the strategy's default)
-  std::string overlap = "on";          // --overlap on|off: all-reduce buckets during the backward pass
+  std::string overlap = "auto";        // --overlap auto|on|off: all-reduce buckets during the backward pass
 };
 
 // Adds the subcommand and its options (bound to `args`) to `app`.

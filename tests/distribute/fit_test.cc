@@ -354,15 +354,16 @@ TEST(MultiWorkerFit, TwoWorkersEqualOneDevice) {
 // every size while it runs: the same bits (the buckets are reduced elementwise in
 // replica order whatever their size, and each bucket's gradients are final when given).
 TEST(MirroredFit, OverlapAndBucketSizesGiveTheSameBits) {
+  using Overlap = distribute::CommunicationOptions::Overlap;
   Data d = data(160, Shape{14, 14, 1}, 9);
   ModelPtr ref = cnn();
   auto s = MirroredStrategy::create("cpu:0,cpu:1,cpu:2");
-  s->set_communication_options({0, false});
+  s->set_communication_options({0, Overlap::kOff});
   compile(*ref, s);
   ref->fit(d.x, d.y, fit_options(2, 32));
   for (const distribute::CommunicationOptions& comm : std::vector<distribute::CommunicationOptions>{
-           {1, true}, {1, false}, {300, true}, {1 << 20, true}}) {
-    SCOPED_TRACE(::testing::Message() << "bytes_per_pack " << comm.bytes_per_pack << ", overlap " << comm.overlap);
+           {1, Overlap::kOn}, {1, Overlap::kOff}, {300, Overlap::kOn}, {1 << 20, Overlap::kAuto}}) {
+    SCOPED_TRACE(::testing::Message() << "bytes_per_pack " << comm.bytes_per_pack << ", overlap " << static_cast<int>(comm.overlap));
     ModelPtr m = cnn();
     auto sc = MirroredStrategy::create("cpu:0,cpu:1,cpu:2");
     sc->set_communication_options(comm);
@@ -375,8 +376,8 @@ TEST(MirroredFit, OverlapAndBucketSizesGiveTheSameBits) {
   ModelPtr a0 = mlp(), a1 = mlp(), b0 = mlp(), b1 = mlp();
   Data e = data(200, Shape{20}, 4);
   auto fit = [&](Model& m, int) { return m.fit(e.x, e.y, fit_options(2, 50)); };
-  on_two_workers(*a0, *a1, fit, {0, false});
-  on_two_workers(*b0, *b1, fit, {1, true});
+  on_two_workers(*a0, *a1, fit, {0, Overlap::kOff});
+  on_two_workers(*b0, *b1, fit, {1, Overlap::kOn});
   EXPECT_EQ(max_diff(*a0, *b0), 0.0);
   EXPECT_EQ(max_diff(*b0, *b1), 0.0);
 }

@@ -175,9 +175,10 @@ TEST(MirroredStrategy, PendingAllReduceIsOneAllReduceInBuckets) {
   });
   // bytes_per_pack 0: one bucket; 4: every tensor its own; 2000: the tensors of sizes
   // [3, 1000] [1, 17, 250] (4 + 68 + 2000 bytes) [2, 64].
-  for (const bool overlap : {true, false})
+  for (const auto overlap : {CommunicationOptions::Overlap::kOn, CommunicationOptions::Overlap::kOff})
     for (const auto& [pack, buckets] : std::vector<std::pair<int64_t, size_t>>{{0, 1}, {4, 7}, {2000, 3}}) {
-      SCOPED_TRACE(::testing::Message() << "overlap " << overlap << ", bytes_per_pack " << pack);
+      SCOPED_TRACE(::testing::Message() << "overlap " << (overlap == CommunicationOptions::Overlap::kOn)
+                                        << ", bytes_per_pack " << pack);
       s->set_communication_options({pack, overlap});
       std::vector<std::vector<Tensor>> got(3);
       std::vector<size_t> made(3);
@@ -208,8 +209,8 @@ TEST(MirroredStrategy, PendingAllReduceIsOneAllReduceInBuckets) {
 
 TEST(MirroredStrategy, PendingAllReduceErrors) {
   auto s = MirroredStrategy::create("cpu:0,cpu:1");
-  for (const bool overlap : {true, false}) {
-    SCOPED_TRACE(overlap);
+  for (const auto overlap : {CommunicationOptions::Overlap::kOn, CommunicationOptions::Overlap::kOff}) {
+    SCOPED_TRACE(overlap == CommunicationOptions::Overlap::kOn);
     s->set_communication_options({4, overlap});
     // Misuse in one replica is an error there; the other's buckets are cancelled.
     EXPECT_THROW_MSG(s->run([&](ReplicaContext& ctx) {

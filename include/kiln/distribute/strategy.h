@@ -72,11 +72,16 @@ struct CommunicationOptions {
   // be smaller), in the order the backward pass makes them (the last layer's first);
   // each bucket is one all-reduce. <= 0: one bucket, all gradients in one all-reduce.
   int64_t bytes_per_pack = int64_t{1} << 20;
-  // Start each bucket's all-reduce (on a communication thread of the replica's) as soon
-  // as the backward pass has made its gradients, while the pass goes on; off: the
-  // buckets are reduced one after the other once the pass has ended. CPU replicas only
-  // (GPU replicas reduce after the pass). The results are the same bits either way.
-  bool overlap = true;
+  // kOn: each bucket's all-reduce starts (on a communication thread of the replica's) as
+  // soon as the backward pass has made its gradients, while the pass goes on; kOff: the
+  // buckets are reduced one after the other once the pass has ended; kAuto: on where the
+  // all-reduce waits for a network (Gloo between workers), off where it is the work of
+  // the cores that compute (replicas of one process summing in memory, MPI's shared
+  // memory and its polling): there a thread beside the replicas takes their cores
+  // (docs/benchmarks.md, distributed training). GPU replicas reduce after the pass. The
+  // results are the same bits either way.
+  enum class Overlap { kAuto, kOn, kOff };
+  Overlap overlap = Overlap::kAuto;
 };
 
 class LocalCollective;
