@@ -12,7 +12,8 @@ void register_device_group_factory(DeviceType type, DeviceGroupFactory factory) 
   g_factories[static_cast<size_t>(type)].store(factory);
 }
 
-std::unique_ptr<DeviceGroup> make_device_group(const std::vector<Device>& devices, std::string* why) {
+std::unique_ptr<DeviceGroup> make_device_group(const std::vector<Device>& devices, std::string* why,
+                                               const DeviceGroupSpan& span) {
   if (devices.empty()) {
     *why = "no devices";
     return nullptr;
@@ -24,7 +25,7 @@ std::unique_ptr<DeviceGroup> make_device_group(const std::vector<Device>& device
   }
   std::vector<int> indices;
   for (const Device& d : devices) indices.push_back(d.index);
-  return f(indices);
+  return f(indices, span);
 }
 
 }  // namespace kiln

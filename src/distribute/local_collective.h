@@ -24,7 +24,8 @@ class LocalCollective {
  public:
   // `workers`: the other processes of a multi-worker job (null: none); all_reduce then
   // sums across them too (local replica 0 runs the cross-worker collective). `devices`:
-  // the replicas' devices' collectives (GPU replicas), null for CPU replicas.
+  // the replicas' devices' collectives (GPU replicas), null for CPU replicas; for GPU
+  // replicas of a multi-worker job it spans every worker's (and `workers` is not used).
   LocalCollective(int replicas, WorkerGroup* workers, std::unique_ptr<DeviceGroup> devices = nullptr);
   ~LocalCollective();
 

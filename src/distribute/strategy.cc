@@ -119,14 +119,31 @@ void ReplicaContext::barrier() { collective_->barrier(); }
 // ---- Strategy -----------------------------------------------------------------------
 
 namespace {
-// GPU replicas sum through their devices' collectives (NCCL); CPU replicas in host memory.
-std::unique_ptr<DeviceGroup> device_group(const std::vector<Device>& devices, bool several_workers) {
+// GPU replicas sum through their devices' collectives (NCCL), across the workers too:
+// one group of every GPU replica of the job; CPU replicas in host memory.
+std::unique_ptr<DeviceGroup> device_group(const std::vector<Device>& devices, WorkerGroup* workers) {
+  const bool several = workers && workers->size() > 1;
+  if (several) {
+    // Every worker needs as many replicas of one device type (checked before any
+    // worker's group waits for the others).
+    const std::string mine = detail::str_cat(devices.size(), " ", device_type_name(devices.at(0).type));
+    const std::vector<std::string> all = workers->all_gather(mine);
+    for (size_t w = 0; w < all.size(); ++w)
+      if (all[w] != all[0])
+        throw InvalidArgumentError(detail::str_cat("MultiWorkerMirroredStrategy: worker ", w, " has ", all[w],
+                                                   " replicas, worker 0 has ", all[0], " (every worker needs as many, "
+                                                   "on devices of one type)"));
+  }
   if (devices.at(0).type == DeviceType::kCPU) return nullptr;
-  if (several_workers)
-    throw UnimplementedError("MultiWorkerMirroredStrategy: GPU replicas across workers (NCCL between processes) "
-                             "are not built yet; use MirroredStrategy on one machine's GPUs");
+  DeviceGroupSpan span;
+  if (several) {
+    const int local = static_cast<int>(devices.size());
+    span.first = workers->rank() * local;
+    span.size = workers->size() * local;
+    span.share = [workers](const std::string& mine) { return workers->all_gather(mine).at(0); };
+  }
   std::string why;
-  std::unique_ptr<DeviceGroup> g = make_device_group(devices, &why);
+  std::unique_ptr<DeviceGroup> g = make_device_group(devices, &why, span);
   if (!g) throw UnimplementedError("strategy: replicas on " + devices[0].str() + ": " + why);
   return g;
 }
@@ -136,7 +153,7 @@ Strategy::Strategy(std::vector<Device> devices, std::unique_ptr<WorkerGroup> wor
     : devices_(std::move(devices)),
       workers_(std::move(workers)),
       collective_(std::make_unique<LocalCollective>(static_cast<int>(devices_.size()), workers_.get(),
-                                                    device_group(devices_, workers_ && workers_->size() > 1))),
+                                                    device_group(devices_, workers_.get()))),
       threads_(std::make_unique<Threads>(static_cast<int>(devices_.size()), collective_.get())),
       comm_threads_(devices_.size()) {}
 

@@ -305,8 +305,10 @@ TEST(MirroredFit, BadBatchesAreTypedErrors) {
 // Two workers as threads of this process (each its own model and
 // MultiWorkerMirroredStrategy, over loopback TCP) against one device.
 // Two workers as threads over loopback, one replica each: `fit(model, rank)` on w0 and w1.
+// `devices`: worker r's replica (default cpu:r).
 std::vector<History> on_two_workers(Model& w0, Model& w1, const std::function<History(Model&, int)>& fit,
-                                    const distribute::CommunicationOptions& comm = {}) {
+                                    const distribute::CommunicationOptions& comm = {},
+                                    const std::vector<Device>& devices = {}) {
   const int port = kiln::testing::free_port();
   std::vector<History> hist(2);
   std::vector<std::string> errors(2);
@@ -319,7 +321,8 @@ std::vector<History> on_two_workers(Model& w0, Model& w1, const std::function<Hi
         c.size = 2;
         c.coordinator = "127.0.0.1:" + std::to_string(port);
         c.host = "127.0.0.1";
-        auto s = distribute::MultiWorkerMirroredStrategy::create(c, {Device{DeviceType::kCPU, r}}, 30);
+        const Device device = devices.empty() ? Device{DeviceType::kCPU, r} : devices.at(static_cast<size_t>(r));
+        auto s = distribute::MultiWorkerMirroredStrategy::create(c, {device}, 30);
         s->set_communication_options(comm);
         EXPECT_EQ(s->num_replicas_in_sync(), 2);
         EXPECT_EQ(s->num_local_replicas(), 1);
@@ -380,6 +383,51 @@ TEST(MirroredFit, OverlapAndBucketSizesGiveTheSameBits) {
   on_two_workers(*b0, *b1, fit, {1, Overlap::kOn});
   EXPECT_EQ(max_diff(*a0, *b0), 0.0);
   EXPECT_EQ(max_diff(*b0, *b1), 0.0);
+}
+
+// Two workers with one GPU each (skipped without two GPUs): one NCCL communicator over
+// both workers' GPUs; the run equals one GPU.
+TEST(MultiWorkerFit, TwoWorkersOnGpusEqualOneGpu) {
+  std::string why;
+  const std::vector<Device> gpus = kiln::testing::gpus_for_test(2, &why);
+  if (gpus.size() < 2) GTEST_SKIP() << (gpus.empty() ? why : "one GPU: the test needs two");
+  Data d = data(256, Shape{20}, 16);
+  ModelPtr one = mlp(), w0 = mlp(), w1 = mlp();
+  CompileOptions co{optimizers::Adam({0.01}), {losses::SparseCategoricalCrossentropy(true)}, {"accuracy"}};
+  co.device = gpus[0].str();
+  one->compile(co);
+  History h1 = one->fit(d.x, d.y, fit_options(2, 64));
+  std::vector<History> hist =
+      on_two_workers(*w0, *w1, [&](Model& m, int) { return m.fit(d.x, d.y, fit_options(2, 64)); }, {}, gpus);
+  EXPECT_LT(max_diff(*one, *w0), 1e-4);  // (GPU reductions: another summation order)
+  EXPECT_EQ(max_diff(*w0, *w1), 0.0);
+  EXPECT_NEAR(h1.at("loss").back(), hist[0].at("loss").back(), 1e-4);
+}
+
+// Workers with different numbers of replicas: an error on every worker at create, naming
+// the one that differs.
+TEST(MultiWorkerFit, WorkersWithDifferentReplicasAreAnError) {
+  const int port = kiln::testing::free_port();
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> workers;
+  for (int r = 0; r < 2; ++r)
+    workers.emplace_back([&, r] {
+      distribute::ClusterSpec c;
+      c.rank = r;
+      c.size = 2;
+      c.coordinator = "127.0.0.1:" + std::to_string(port);
+      c.host = "127.0.0.1";
+      std::vector<Device> devices{Device{DeviceType::kCPU, r}};
+      if (r == 1) devices.push_back(Device{DeviceType::kCPU, 2});
+      try {
+        distribute::MultiWorkerMirroredStrategy::create(c, devices, 30);
+      } catch (const InvalidArgumentError& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : workers) t.join();
+  for (const std::string& e : errors)
+    EXPECT_NE(e.find("worker 1 has 2 cpu replicas, worker 0 has 1 cpu"), std::string::npos) << e;
 }
 
 // fit(Dataset) on two workers: each reads its part of every global batch (auto-sharded by

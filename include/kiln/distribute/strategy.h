@@ -27,8 +27,10 @@
 // Collectives across the replicas of one process add in host memory (CPU devices), or
 // for GPU replicas (cuda:0,cuda:1,...) go through NCCL (the CUDA plugin's device group,
 // kiln/core/device_group.h: one communicator per GPU, each driven by its replica's
-// thread; every replica gets the same sum, in NCCL's order of additions). GPU replicas
-// across workers are not built (UnimplementedError).
+// thread; every replica gets the same sum, in NCCL's order of additions). Across workers
+// the GPU replicas of the whole job form one NCCL communicator (its unique id sent from
+// the chief through the workers' collectives), so their gradients never pass the host;
+// every worker needs as many replicas, of one device type (InvalidArgumentError).
 //
 // MultiWorkerMirroredStrategy: N processes (workers, kiln/distribute/cluster.h), each
 // with its local replicas; replica r of worker w is replica w x local + r of the job.

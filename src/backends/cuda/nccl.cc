@@ -200,9 +200,37 @@ class NcclDeviceGroup final : public DeviceGroup {
 };
 
 [[maybe_unused]] const bool g_device_group_registered = [] {
-  register_device_group_factory(DeviceType::kCUDA, [](const std::vector<int>& devices) -> std::unique_ptr<DeviceGroup> {
-    return std::make_unique<NcclDeviceGroup>(Communicator::for_devices(devices));
-  });
+  register_device_group_factory(
+      DeviceType::kCUDA, [](const std::vector<int>& devices, const DeviceGroupSpan& span) -> std::unique_ptr<DeviceGroup> {
+        if (span.size == 0) return std::make_unique<NcclDeviceGroup>(Communicator::for_devices(devices));
+        // Across processes: member 0's process makes the unique id, every process joins
+        // its devices as ranks first, first + 1, ... of one communicator (one NCCL group
+        // when a process holds several).
+        KILN_CHECK_ARG(span.first >= 0 && span.first + static_cast<int>(devices.size()) <= span.size && span.share,
+                       "NCCL: members ", span.first, "..", span.first + static_cast<int>(devices.size()), " of ",
+                       span.size);
+        std::string mine;
+        if (span.first == 0) {
+          const UniqueId id = UniqueId::create();
+          mine.assign(id.bytes.begin(), id.bytes.end());
+        }
+        const std::string shared = span.share(mine);
+        UniqueId id;
+        KILN_CHECK_ARG(shared.size() == id.bytes.size(), "NCCL: the unique id from member 0 has ", shared.size(),
+                       " bytes, not ", id.bytes.size());
+        std::copy(shared.begin(), shared.end(), id.bytes.begin());
+        std::vector<Communicator> comms;
+        KILN_NCCL_CHECK(ncclGroupStart());
+        try {
+          for (size_t i = 0; i < devices.size(); ++i)
+            comms.emplace_back(id, span.size, span.first + static_cast<int>(i), devices[i]);
+        } catch (...) {
+          ncclGroupEnd();
+          throw;
+        }
+        KILN_NCCL_CHECK(ncclGroupEnd());
+        return std::make_unique<NcclDeviceGroup>(std::move(comms));
+      });
   return true;
 }();
 
