@@ -14,8 +14,11 @@ strings) and the token ids `llama-tokenize` gives for each on SmolLM2-135M-Instr
 (model defaults: special tokens parsed, BOS as the file says), in llama.cpp's
 .inp/.out layout.
 
+tests/fixtures/llm/tiny/: the same oracle on the tiny random-weight models of every
+tensor type (`tiny` alone makes only these; see tiny()).
+
 Run after bench/peers/llama_cpp.sh, with the venv of scripts/python-venv.sh:
-  build/venv/bin/python bench/peers/make_llm_fixtures.py
+  build/venv/bin/python bench/peers/make_llm_fixtures.py [tiny]
 """
 import glob
 import os
@@ -87,22 +90,32 @@ PROMPTS = [
 ]
 
 
-def oracle(model):
-    """llama.cpp's logits after each prompt and its greedy continuations."""
-    import numpy as np
+def oracle_exe():
     src = os.path.join(ROOT, "build", "peers", "llama.cpp")
     exe = os.path.join(BIN, "llama_oracle")
     subprocess.run(["g++", "-O2", "-std=c++17", os.path.join(ROOT, "bench", "peers", "llama_oracle.cpp"),
                     "-I" + os.path.join(src, "include"), "-I" + os.path.join(src, "ggml", "include"), "-L" + BIN,
                     "-lllama", "-lggml", "-lggml-base", "-Wl,-rpath," + BIN, "-o", exe], check=True)
+    return exe
+
+
+def run_oracle(exe, model, prompts, n_gen):
+    """llama.cpp's lines (prompt ids, greedy ids, top-2 gaps) and logits for each prompt."""
+    import numpy as np
     with tempfile.TemporaryDirectory() as tmp:
-        prompts, logits = os.path.join(tmp, "prompts.txt"), os.path.join(tmp, "logits.bin")
-        with open(prompts, "w", encoding="utf-8", newline="") as f:
-            f.write(SEP.join(PROMPTS))
-        r = subprocess.run([exe, model, prompts, "64", logits], capture_output=True, text=True, check=True)
+        path, logits = os.path.join(tmp, "prompts.txt"), os.path.join(tmp, "logits.bin")
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(SEP.join(prompts))
+        r = subprocess.run([exe, model, path, str(n_gen), logits], capture_output=True, text=True, check=True)
         lines = r.stdout.strip().splitlines()
-        assert len(lines) == len(PROMPTS), r.stdout
-        data = np.fromfile(logits, dtype=np.float32).reshape(len(PROMPTS), -1)
+        assert len(lines) == len(prompts), r.stdout
+        return lines, np.fromfile(logits, dtype=np.float32).reshape(len(prompts), -1)
+
+
+def oracle(model):
+    """llama.cpp's logits after each prompt and its greedy continuations."""
+    import numpy as np
+    lines, data = run_oracle(oracle_exe(), model, PROMPTS, 64)
     with open(os.path.join(OUT, "smollm2.prompts.inp"), "w", encoding="utf-8", newline="") as f:
         f.write(SEP.join(PROMPTS))
     with open(os.path.join(OUT, "smollm2.greedy.txt"), "w", encoding="utf-8") as f:
@@ -112,26 +125,31 @@ def oracle(model):
 
 
 def numpy_forward(reader, ids):
-    """SmolLM2's logits after `ids` in float64 NumPy from the gguf package's dequantised
-    weights: the exact reference both kiln and llama.cpp are measured against."""
+    """The logits after `ids` in float64 NumPy from the gguf package's dequantised weights
+    (llama, or qwen2: q/k/v biases and NeoX RoPE; tied or separate head): the exact
+    reference both kiln and llama.cpp are measured against."""
     import numpy as np
     import gguf
     tensors = {t.name: t for t in reader.tensors}
-    arch = "llama."
 
     def field(key):
         f = reader.fields[key]
-        return f.parts[f.data[0]][0]
+        return f.parts[f.data[0]]
 
-    n_layer, d, n_head = int(field(arch + "block_count")), int(field(arch + "embedding_length")), int(field(arch + "attention.head_count"))
-    n_kv, base, eps = int(field(arch + "attention.head_count_kv")), float(field(arch + "rope.freq_base")), float(field(arch + "attention.layer_norm_rms_epsilon"))
+    arch = bytes(field("general.architecture")).decode()
+    a = arch + "."
+    n_layer, d, n_head = int(field(a + "block_count")[0]), int(field(a + "embedding_length")[0]), int(field(a + "attention.head_count")[0])
+    n_kv, base, eps = int(field(a + "attention.head_count_kv")[0]), float(field(a + "rope.freq_base")[0]), float(field(a + "attention.layer_norm_rms_epsilon")[0])
     hd = d // n_head
 
     def w(name):
         t = tensors[name]
-        return gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
+        return gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64).reshape(
+            [int(x) for x in reversed(t.shape)]) if t.tensor_type != gguf.GGMLQuantizationType.F32 else \
+            np.array(t.data, dtype=np.float64).reshape([int(x) for x in reversed(t.shape)])
 
     emb = w("token_embd.weight")
+    head = w("output.weight") if "output.weight" in tensors else emb
     x = emb[ids]
     n = len(ids)
     rms = lambda v, g: v / np.sqrt((v * v).mean(-1, keepdims=True) + eps) * g
@@ -139,19 +157,27 @@ def numpy_forward(reader, ids):
     ang = np.arange(n)[:, None] * inv[None, :]
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
 
-    def rope(v):  # GGUF llama: adjacent pairs
+    def rope(v):  # llama: adjacent pairs; qwen2 (NeoX): the two halves
         out = np.empty_like(v)
-        a, b = v[..., 0::2], v[..., 1::2]
-        out[..., 0::2], out[..., 1::2] = a * cos - b * sin, a * sin + b * cos
+        if arch == "qwen2":
+            a_, b_ = v[..., :hd // 2], v[..., hd // 2:]
+            out[..., :hd // 2], out[..., hd // 2:] = a_ * cos - b_ * sin, a_ * sin + b_ * cos
+        else:
+            a_, b_ = v[..., 0::2], v[..., 1::2]
+            out[..., 0::2], out[..., 1::2] = a_ * cos - b_ * sin, a_ * sin + b_ * cos
         return out
+
+    def lin(h, name):
+        y = h @ w(name + ".weight").T
+        return y + w(name + ".bias") if name + ".bias" in tensors else y
 
     mask = np.triu(np.full((n, n), -np.inf), 1)
     for l in range(n_layer):
         p = f"blk.{l}."
         h = rms(x, w(p + "attn_norm.weight"))
-        q = rope((h @ w(p + "attn_q.weight").T).reshape(n, n_head, hd))
-        k = rope((h @ w(p + "attn_k.weight").T).reshape(n, n_kv, hd))
-        v = (h @ w(p + "attn_v.weight").T).reshape(n, n_kv, hd)
+        q = rope(lin(h, p + "attn_q").reshape(n, n_head, hd))
+        k = rope(lin(h, p + "attn_k").reshape(n, n_kv, hd))
+        v = lin(h, p + "attn_v").reshape(n, n_kv, hd)
         out = np.zeros((n, n_head, hd))
         for hh in range(n_head):
             kv = hh // (n_head // n_kv)
@@ -162,7 +188,7 @@ def numpy_forward(reader, ids):
         h = rms(x, w(p + "ffn_norm.weight"))
         g, u = h @ w(p + "ffn_gate.weight").T, h @ w(p + "ffn_up.weight").T
         x = x + (g / (1 + np.exp(-g)) * u) @ w(p + "ffn_down.weight").T
-    return rms(x[-1], w("output_norm.weight")) @ emb.T
+    return rms(x[-1], w("output_norm.weight")) @ head.T
 
 
 def reference(model):
@@ -192,7 +218,48 @@ def perplexity(model):
     print(f"llama-perplexity on GPL-3, 2 chunks of 512: {value}")
 
 
+TINY_PROMPTS = [
+    "the cat in the hat",
+    "Hello world, this is kiln: 123 and 42!",
+    "in and on, or the world... 日本 é 🌍",
+    "  two  spaces\tand a tab\nnew line",
+]
+
+
+def tiny():
+    """tests/fixtures/llm/tiny/: llama.cpp on the tiny random-weight models of every tensor
+    type (tests/llm/tiny_model.h, written by kiln_tiny_gguf of the default build): per
+    model <name>.greedy.txt (prompt ids, 16 greedy tokens, top-2 gaps) and
+    <name>.logits.npy (float32, prompts x vocabulary), <name>.reference_logits.npy (the
+    float64 NumPy forward pass, numpy_forward, stored as float32); prompts.inp."""
+    import numpy as np
+    import gguf
+    out = os.path.join(OUT, "tiny")
+    os.makedirs(out, exist_ok=True)
+    exe = oracle_exe()
+    with tempfile.TemporaryDirectory() as tmp:
+        files = subprocess.run([os.path.join(ROOT, "build", "default", "tests", "kiln_tiny_gguf"), tmp],
+                               capture_output=True, text=True, check=True).stdout.split()
+        for model in files:
+            name = os.path.basename(model)[:-len(".gguf")]
+            lines, data = run_oracle(exe, model, TINY_PROMPTS, 16)
+            with open(os.path.join(out, name + ".greedy.txt"), "w", encoding="utf-8") as f:
+                f.write("\n".join(lines) + "\n")
+            np.save(os.path.join(out, name + ".logits.npy"), data)
+            reader = gguf.GGUFReader(model)
+            exact = np.stack([numpy_forward(reader, [int(t) for t in line.split("|")[0].split()[1:]]) for line in lines])
+            np.save(os.path.join(out, name + ".reference_logits.npy"), exact.astype(np.float32))
+            cos = [float(e @ l / np.linalg.norm(e) / np.linalg.norm(l)) for e, l in zip(exact, data)]
+            print(f"{name}: llama.cpp ran {len(TINY_PROMPTS)} prompts; its cosine to the float64 reference: "
+                  + " ".join(f"{c:.6f}" for c in cos))
+    with open(os.path.join(out, "prompts.inp"), "w", encoding="utf-8", newline="") as f:
+        f.write(SEP.join(TINY_PROMPTS))
+
+
 def main():
+    import sys
+    if sys.argv[1:] == ["tiny"]:
+        return tiny()
     model = smollm2()
     perplexity(model)
     oracle(model)

@@ -1,10 +1,12 @@
 #pragma once
 // Writes GGUF bytes by hand, field by field, for tests of the reader's checks
-// (malformed files the `gguf` package would refuse to write).
+// (malformed files the `gguf` package would refuse to write) and for the tiny models of
+// tiny_model.h.
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace kiln::llm::testing {
@@ -30,8 +32,27 @@ class GgufBuilder {
     raw("GGUF", 4);
     return u32(version).u64(n_tensors).u64(n_kv);
   }
-  GgufBuilder& kv_u32(std::string_view key, uint32_t v) { return str(key).u32(4).u32(v); }
-  GgufBuilder& kv_string(std::string_view key, std::string_view v) { return str(key).u32(8).str(v); }
+  // Metadata: the key, the value type (4 u32, 5 i32, 6 f32, 7 bool, 8 string, 9 array),
+  // the value; n_kv counts them.
+  uint64_t n_kv = 0;
+  GgufBuilder& key(std::string_view k, uint32_t type) {
+    ++n_kv;
+    return str(k).u32(type);
+  }
+  GgufBuilder& kv_u32(std::string_view k, uint32_t v) { return key(k, 4).u32(v); }
+  GgufBuilder& kv_f32(std::string_view k, float v) { return key(k, 6).put(v); }
+  GgufBuilder& kv_bool(std::string_view k, bool v) { return key(k, 7).put<uint8_t>(v ? 1 : 0); }
+  GgufBuilder& kv_string(std::string_view k, std::string_view v) { return key(k, 8).str(v); }
+  // An array of strings (element type 8) or of numbers (5 i32, 6 f32: T must match).
+  template <typename T>
+  GgufBuilder& kv_array(std::string_view k, uint32_t elem_type, const std::vector<T>& v) {
+    key(k, 9).u32(elem_type).u64(v.size());
+    for (const T& e : v) {
+      if constexpr (std::is_same_v<T, std::string>) str(e);
+      else put(e);
+    }
+    return *this;
+  }
   // A tensor info: name, dims (ggml order), type id, data offset.
   GgufBuilder& tensor(std::string_view name, std::vector<uint64_t> dims, uint32_t type, uint64_t offset) {
     str(name).u32(static_cast<uint32_t>(dims.size()));

