@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kiln/core/device_config.h"
 #include "kiln/core/error.h"
 #include "kiln/llm/model.h"
 
@@ -16,7 +17,14 @@ KvCache::KvCache(const ModelConfig& config, const KvCacheOptions& options)
     throw InvalidArgumentError(str_cat("KV cache: block_tokens (", block_tokens_, ") and max_tokens (", options.max_tokens,
                                        ") must be >= 1"));
   n_blocks_ = (options.max_tokens + block_tokens_ - 1) / block_tokens_;
-  data_.resize(static_cast<size_t>(n_blocks_ * n_layer_ * 2 * block_tokens_ * kv_dim_));
+  const int64_t n = n_blocks_ * n_layer_ * 2 * block_tokens_ * kv_dim_;
+  try {
+    pool_ = Tensor::empty({n}, DType::kF16, Device::cpu());
+  } catch (const ResourceExhaustedError& e) {
+    throw ResourceExhaustedError(str_cat("KV cache of ", n_blocks_ * block_tokens_, " positions (",
+                                         config::format_bytes(n * static_cast<int64_t>(sizeof(half))),
+                                         "): ", e.message()));
+  }
   const size_t nb = static_cast<size_t>(n_blocks_);
   free_.reserve(nb);
   for (int64_t b = n_blocks_ - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
@@ -118,7 +126,7 @@ void KvCache::truncate(SeqId seq, int64_t n) {
       const int32_t copy = take_block();
       for (int64_t l = 0; l < n_layer_; ++l)
         for (int kv = 0; kv < 2; ++kv)
-          std::memcpy(data_.data() + offset(copy, l, kv, 0), data_.data() + offset(last, l, kv, 0),
+          std::memcpy(data() + offset(copy, l, kv, 0), data() + offset(last, l, kv, 0),
                       static_cast<size_t>(block_tokens_ * kv_dim_) * sizeof(half));
       release_block(last);
       last = copy;
@@ -210,13 +218,13 @@ size_t KvCache::offset(int32_t block, int64_t layer, int kv, int64_t slot) const
 
 half* KvCache::key(SeqId seq, int64_t layer, int64_t pos) {
   const Seq& s = seq_ref(seq);
-  return data_.data() + offset(s.blocks[static_cast<size_t>(pos / block_tokens_)], layer, 0, pos % block_tokens_);
+  return data() + offset(s.blocks[static_cast<size_t>(pos / block_tokens_)], layer, 0, pos % block_tokens_);
 }
 half* KvCache::value(SeqId seq, int64_t layer, int64_t pos) {
   const Seq& s = seq_ref(seq);
-  return data_.data() + offset(s.blocks[static_cast<size_t>(pos / block_tokens_)], layer, 1, pos % block_tokens_);
+  return data() + offset(s.blocks[static_cast<size_t>(pos / block_tokens_)], layer, 1, pos % block_tokens_);
 }
-const half* KvCache::block_keys(int32_t block, int64_t layer) const { return data_.data() + offset(block, layer, 0, 0); }
-const half* KvCache::block_values(int32_t block, int64_t layer) const { return data_.data() + offset(block, layer, 1, 0); }
+const half* KvCache::block_keys(int32_t block, int64_t layer) const { return data() + offset(block, layer, 0, 0); }
+const half* KvCache::block_values(int32_t block, int64_t layer) const { return data() + offset(block, layer, 1, 0); }
 
 }  // namespace kiln::llm

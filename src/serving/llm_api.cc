@@ -9,6 +9,7 @@
 #include <mutex>
 #include <random>
 
+#include "kiln/core/device_config.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json_string.h"
 #include "kiln/core/version.h"
@@ -35,27 +36,12 @@ LlmModelSpec parse_llm_model_flag(const std::string& flag, const llm::EngineOpti
   return s;
 }
 
-int64_t parse_memory_amount(const std::string& text) {
-  double v = 0;
-  const char* end = text.data() + text.size();
-  auto r = std::from_chars(text.data(), end, v);
-  if (r.ec != std::errc() || !(v > 0) || !std::isfinite(v))
-    throw InvalidArgumentError("a memory amount must be a positive number of bytes (with KB/MB/GB/KiB/MiB/GiB) or a fraction, got '" + text + "'");
-  std::string unit(r.ptr, end);
-  if (unit.empty() && v <= 1.0) {
-    const double total = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-    return static_cast<int64_t>(v * total);
-  }
-  double scale = 1;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "KB" || unit == "kB") scale = 1e3;
-  else if (unit == "MB") scale = 1e6;
-  else if (unit == "GB") scale = 1e9;
-  else if (unit == "KiB") scale = 1024.0;
-  else if (unit == "MiB") scale = 1024.0 * 1024;
-  else if (unit == "GiB") scale = 1024.0 * 1024 * 1024;
-  else throw InvalidArgumentError("unknown memory unit '" + unit + "' in '" + text + "' (B, KB, MB, GB, KiB, MiB, GiB)");
-  return static_cast<int64_t>(v * scale);
+int64_t llm_kv_cache_bytes(const std::string& text, std::string_view what) {
+  const config::MemoryAmount m = config::parse_memory_amount(text, what);
+  if (m.fraction == 0 && m.bytes <= 0) throw InvalidArgumentError(std::string(what) + ": the KV cache needs a positive size");
+  int64_t device = config::memory_stats(Device::cpu()).bytes_limit;
+  if (device <= 0) device = config::list_physical_devices(DeviceType::kCPU).at(0).properties.memory_bytes;
+  return m.resolve(device);
 }
 
 std::vector<LlmModelSpec> llm_models_from_config(const tensorflow::serving::ModelServerConfig& config,
@@ -73,7 +59,7 @@ std::vector<LlmModelSpec> llm_models_from_config(const tensorflow::serving::Mode
     if (c.context_size()) s.engine.context_length = c.context_size();
     if (!c.kv_cache_memory().empty()) {
       try {
-        s.engine.kv_cache_bytes = parse_memory_amount(c.kv_cache_memory());
+        s.engine.kv_cache_bytes = llm_kv_cache_bytes(c.kv_cache_memory(), "kv_cache_memory");
       } catch (const InvalidArgumentError& e) {
         throw InvalidArgumentError(what + e.message());
       }

@@ -37,9 +37,11 @@ LlmModelSpec parse_llm_model_flag(const std::string& flag, const llm::EngineOpti
 // fields take `engine` (the flags). InvalidArgumentError naming the entry.
 std::vector<LlmModelSpec> llm_models_from_config(const tensorflow::serving::ModelServerConfig& config,
                                                  const llm::EngineOptions& engine);
-// --llm_kv_cache_memory: bytes ("268435456", "256MiB", "2GB") or a fraction of this
-// machine's memory ("0.25"). InvalidArgumentError otherwise.
-int64_t parse_memory_amount(const std::string& text);
+// --llm_kv_cache_memory (or an entry's kv_cache_memory, named by `what`): bytes in binary
+// units as --memory-limit takes them ("268435456", "256MiB", "2G") or a fraction of the
+// CPU device's memory ("0.25", "25%": of its memory limit when one is set, else of the
+// machine's); the pool is taken from that device's allocator. InvalidArgumentError otherwise.
+int64_t llm_kv_cache_bytes(const std::string& text, std::string_view what = "--llm_kv_cache_memory");
 
 class LlmService {
  public:

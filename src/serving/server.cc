@@ -157,7 +157,7 @@ void Server::start() {
   im.service = std::make_unique<Service>(*im.manager, im.metrics);
   {
     llm::EngineOptions eo;
-    eo.kv_cache_bytes = parse_memory_amount(im.opts.llm_kv_cache_memory);
+    eo.kv_cache_bytes = llm_kv_cache_bytes(im.opts.llm_kv_cache_memory);
     eo.context_length = im.opts.llm_context_size;
     eo.max_running = im.opts.llm_max_running;
     eo.step_tokens = im.opts.llm_step_tokens;
@@ -345,7 +345,8 @@ int serve_main(int argc, char** argv) {
   app.add_option("--llm_context_size", o.llm_context_size, "Positions per sequence (0: the model's training context)")
       ->capture_default_str();
   app.add_option("--llm_kv_cache_memory", o.llm_kv_cache_memory,
-                 "KV cache pool per language model: bytes (512MiB, 2GB) or a fraction of this machine's memory (0.25)")
+                 "KV cache pool per language model, from the CPU device's allocator: bytes (512MiB, 2G; binary units) "
+                 "or a fraction of the device's memory (0.25, 25%: of --memory-limit's when given, else of the machine's)")
       ->capture_default_str();
   app.add_option("--llm_max_running", o.llm_max_running, "Sequences batched together in one step")->capture_default_str();
   app.add_option("--llm_step_tokens", o.llm_step_tokens,

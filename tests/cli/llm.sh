@@ -27,6 +27,12 @@ head -c 1000 /dev/urandom > "$tmp/junk.gguf"
 head -c 5000 "$model" > "$tmp/cut.gguf"
 "$kiln" show --model "$tmp/cut.gguf"; echo "rc=$?"
 "$kiln" generate -m "$model" -p hi --top-p 2; echo "rc=$?"
+# The KV cache pool comes from the CPU device's allocator: over the device's memory limit,
+# kiln serve stops at start with the KV cache named (timeout: a server that started would
+# run until killed).
+KILN_CPU_MEMORY_LIMIT=256M timeout 60 "$kiln" serve --llm_model s="$model" --llm_kv_cache_memory 1GiB \
+  --port 0 --rest_api_port 0 2>&1 | grep -o "RESOURCE_EXHAUSTED.*KV cache of [0-9]* positions (1.0 GiB)" | head -1
+echo "serve over the limit rc=${PIPESTATUS[0]}"
 # kiln chat from a pipe: two turns (the second reuses the first's cache), /reset, EOF ends.
 printf 'What is the capital of France?\nAnd of Germany?\n/reset\nSay hi.\n' |
   "$kiln" chat -m "$model" --temperature 0 -n 16 -t 2 2>&1; echo "chat rc=$?"

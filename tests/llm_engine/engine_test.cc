@@ -10,6 +10,7 @@
 #include <thread>
 #include <map>
 
+#include "kiln/core/device_config.h"
 #include "kiln/core/error.h"
 #include "kiln/llm/generate.h"
 #include "llm/llm_test_util.h"
@@ -36,6 +37,28 @@ std::vector<TokenId> iota_tokens(int n, int from = 0) {
   std::vector<TokenId> t;
   for (int i = 0; i < n; ++i) t.push_back(from + i);
   return t;
+}
+
+// The pool comes from the CPU device's allocator: it shows in the device's memory
+// statistics while the cache lives (and a memory limit bounds it: tests/cli/llm.sh).
+TEST(KvCachePool, ComesFromTheDeviceAllocator) {
+  ModelConfig c = tiny_config();
+  c.n_layer = 4;
+  c.n_head_kv = 8;
+  c.head_dim = 64;
+  const int64_t before = config::memory_stats(Device::cpu()).bytes_in_use;
+  {
+    KvCache cache(c, {4096, 16});
+    EXPECT_EQ(static_cast<int64_t>(cache.bytes()), 4096 * KvCache::bytes_per_token(c));
+    EXPECT_GE(config::memory_stats(Device::cpu()).bytes_in_use - before, static_cast<int64_t>(cache.bytes()));
+    KvCache moved = std::move(cache);  // (the engine moves its cache in)
+    EXPECT_GE(config::memory_stats(Device::cpu()).bytes_in_use - before, static_cast<int64_t>(moved.bytes()));
+    const KvCache::SeqId s = moved.add_sequence();
+    moved.grow(s, 1);
+    moved.key(s, 3, 0)[0] = half(1.5f);
+    EXPECT_EQ(static_cast<float>(moved.block_keys(moved.blocks(s)[0], 3)[0]), 1.5f);
+  }
+  EXPECT_EQ(config::memory_stats(Device::cpu()).bytes_in_use, before);
 }
 
 TEST(KvCachePrefix, PublishedBlocksAreSharedAndSurviveTheirSequence) {

@@ -3,6 +3,7 @@
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
+#include "kiln/core/device_config.h"
 #include "kiln/core/error.h"
 #include "serving/llm_api.h"
 
@@ -55,11 +56,16 @@ TEST(LlmConfig, BadEntriesAreTypedErrorsNamingThem) {
       EXPECT_NE(std::string(e.what()).find("llm 'a'"), std::string::npos) << e.what();
     }
   }
-  EXPECT_EQ(parse_memory_amount("2GB"), 2000000000);
-  EXPECT_EQ(parse_memory_amount("1KiB"), 1024);
-  EXPECT_GT(parse_memory_amount("0.5"), 0);
-  EXPECT_THROW(parse_memory_amount("-1"), InvalidArgumentError);
-  EXPECT_THROW(parse_memory_amount("3 bananas"), InvalidArgumentError);
+  EXPECT_EQ(llm_kv_cache_bytes("2GB"), int64_t{2} << 30);  // binary units, as --memory-limit
+  EXPECT_EQ(llm_kv_cache_bytes("1KiB"), 1024);
+  // A fraction of the CPU device's memory: its limit when set, else the machine's.
+  const int64_t limit = config::memory_stats(Device::cpu()).bytes_limit;
+  const int64_t device = limit > 0 ? limit : config::list_physical_devices(DeviceType::kCPU).at(0).properties.memory_bytes;
+  EXPECT_EQ(llm_kv_cache_bytes("0.5"), device / 2);
+  EXPECT_EQ(llm_kv_cache_bytes("25%"), device / 4);
+  EXPECT_THROW(llm_kv_cache_bytes("-1"), InvalidArgumentError);
+  EXPECT_THROW(llm_kv_cache_bytes("0"), InvalidArgumentError);
+  EXPECT_THROW(llm_kv_cache_bytes("3 bananas"), InvalidArgumentError);
   EXPECT_THROW(parse_llm_model_flag("noequals", flags), InvalidArgumentError);
   EXPECT_EQ(parse_llm_model_flag("a=b.gguf", flags).path, "b.gguf");
 }

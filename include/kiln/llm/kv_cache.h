@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kiln/core/half.h"
+#include "kiln/core/tensor.h"
 #include "kiln/llm/tokenizer.h"
 
 namespace kiln::llm {
@@ -67,7 +68,7 @@ class KvCache {
   // Blocks a sequence can get: never used, or cached and unreferenced.
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size() + lru_.size()); }
   int64_t used_blocks() const { return n_blocks_ - free_blocks(); }
-  size_t bytes() const { return data_.size() * sizeof(half); }
+  size_t bytes() const { return static_cast<size_t>(pool_.nbytes()); }
 
   // Keys / values of `layer` at position `pos` of `seq` (kv_dim halves, writable).
   half* key(SeqId seq, int64_t layer, int64_t pos);
@@ -96,7 +97,10 @@ class KvCache {
   uint64_t chain_hash(uint64_t parent, std::span<const TokenId> tokens) const;
 
   int64_t n_layer_, kv_dim_, block_tokens_, n_blocks_;
-  std::vector<half> data_;
+  // The blocks' storage, from the CPU device's allocator (kiln/core/allocator.h): it
+  // counts in the device's memory statistics and limit.
+  Tensor pool_;
+  half* data() const { return static_cast<half*>(pool_.raw_data()); }
   std::vector<int32_t> free_;  // unreferenced, not published
   std::vector<int32_t> ref_;
   // Published blocks: hash, parent hash, tokens; hash -> block.
