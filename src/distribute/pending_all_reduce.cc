@@ -1,12 +1,13 @@
 // PendingAllReduce (kiln/distribute/strategy.h): an all-reduce in buckets that start as
-// their tensors are given, on the replica's communication thread (CommThread).
+// their tensors are given, on the replica's communication thread (a WorkPool of one).
 #include <deque>
 #include <exception>
 #include <mutex>
 
-#include "distribute/comm_thread.h"
+#include "core/work_pool.h"
 #include "distribute/local_collective.h"
 #include "kiln/core/error.h"
+#include "kiln/core/parallel.h"
 #include "kiln/distribute/strategy.h"
 
 namespace kiln::distribute {
@@ -16,7 +17,7 @@ struct PendingAllReduce::State {
   int local = 0;
   double weight = 1.0;
   int64_t bytes_per_pack = 0;
-  CommThread* thread = nullptr;  // null: the buckets are reduced in wait()
+  WorkPool* thread = nullptr;    // the replica's communication thread; null: the buckets are reduced in wait()
   std::vector<Tensor> given;     // by index
   size_t contiguous = 0;         // indexes [0, contiguous) were given
   size_t packed = 0;             // indexes [0, packed) are in buckets
@@ -39,7 +40,11 @@ struct PendingAllReduce::State {
     }
     packed = end;
     open_bytes = 0;
-    if (thread) thread->post([this, bucket] { reduce(*bucket, /*patient=*/true); });
+    if (thread)
+      thread->submit([this, bucket] {
+        ThreadLimitScope limit(1);  // a collective's copies and sums: never the intra-op pool
+        reduce(*bucket, /*patient=*/true);
+      });
   }
   void reduce(std::vector<Tensor>& bucket, bool patient) {
     std::exception_ptr e;
@@ -140,7 +145,7 @@ PendingAllReduce ReplicaContext::start_all_reduce(size_t count, ReduceOp op, dou
   const bool overlap = comm_.overlap == CommunicationOptions::Overlap::kOn ||
                        (comm_.overlap == CommunicationOptions::Overlap::kAuto && collective_->waits_on_network());
   if (may_overlap && overlap && device_.type == DeviceType::kCPU) {
-    if (!*comm_thread_) *comm_thread_ = std::make_unique<CommThread>();
+    if (!*comm_thread_) *comm_thread_ = std::make_unique<WorkPool>(1);
     s->thread = comm_thread_->get();
   }
   return PendingAllReduce(std::move(s));

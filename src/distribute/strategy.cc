@@ -9,7 +9,7 @@
 #include <sstream>
 #include <thread>
 
-#include "distribute/comm_thread.h"
+#include "core/work_pool.h"
 #include "distribute/local_collective.h"
 #include "distribute/worker_group.h"
 #include "kiln/distribute/cluster.h"

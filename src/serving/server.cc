@@ -22,7 +22,7 @@
 #include "rest_api.h"
 #include "service.h"
 #include "warmup.h"
-#include "work_pool.h"
+#include "core/work_pool.h"
 
 namespace kiln::serving {
 

@@ -54,6 +54,10 @@
 #include "kiln/autodiff/variable.h"
 #include "kiln/core/tensor.h"
 
+namespace kiln {
+class WorkPool;  // (src/core/work_pool.h)
+}  // namespace kiln
+
 namespace kiln::distribute {
 
 enum class ReduceOp { kSum, kMean };
@@ -88,7 +92,6 @@ struct CommunicationOptions {
 
 class LocalCollective;
 class WorkerGroup;
-class CommThread;
 struct ClusterSpec;
 
 // An all-reduce whose tensors are given one by one, as they are computed
@@ -151,14 +154,14 @@ class ReplicaContext {
  private:
   friend class Strategy;
   ReplicaContext(int local, int first, int n, Device device, LocalCollective* collective,
-                 const CommunicationOptions& comm, std::unique_ptr<CommThread>* comm_thread)
+                 const CommunicationOptions& comm, std::unique_ptr<WorkPool>* comm_thread)
       : local_(local), first_(first), num_replicas_(n), device_(device), collective_(collective), comm_(comm),
         comm_thread_(comm_thread) {}
   int local_, first_, num_replicas_;
   Device device_;
   LocalCollective* collective_;
   CommunicationOptions comm_;
-  std::unique_ptr<CommThread>* comm_thread_;  // the replica's (made at its first overlapped all-reduce)
+  std::unique_ptr<WorkPool>* comm_thread_;  // the replica's (made at its first overlapped all-reduce)
 };
 
 class Strategy {
@@ -230,7 +233,7 @@ class Strategy {
   std::unique_ptr<LocalCollective> collective_;
   std::unique_ptr<Threads> threads_;
   CommunicationOptions comm_;
-  std::vector<std::unique_ptr<CommThread>> comm_threads_;  // per local replica, made when first needed
+  std::vector<std::unique_ptr<WorkPool>> comm_threads_;  // per local replica, made when first needed
 };
 using StrategyPtr = std::shared_ptr<Strategy>;
 

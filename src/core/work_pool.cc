@@ -1,8 +1,8 @@
-#include "work_pool.h"
+#include "core/work_pool.h"
 
 #include <algorithm>
 
-namespace kiln::serving {
+namespace kiln {
 
 WorkPool::WorkPool(int threads) {
   threads = std::max(1, threads);
@@ -40,4 +40,4 @@ void WorkPool::loop() {
   }
 }
 
-}  // namespace kiln::serving
+}  // namespace kiln
