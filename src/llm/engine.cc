@@ -1,6 +1,7 @@
 #include "kiln/llm/engine.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "kiln/core/error.h"
 
@@ -27,6 +28,7 @@ struct Engine::Seq {
   bool seen = false;          // admitted at least once
   uint64_t order = 0;         // admission order (the latest is preempted first)
   bool finished = false;
+  std::optional<JsonConstraint> json;  // json_object requests
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
 };
 
@@ -257,15 +259,29 @@ void Engine::step() {
     if (s.computed != static_cast<int64_t>(s.tokens.size())) continue;
     std::span<float> lg(logits_.data() + row * n_vocab, static_cast<size_t>(n_vocab));
     ++row;
+    if (s.req.json_object && !s.json) {
+      if (!json_vocab_) json_vocab_ = std::make_shared<const JsonVocabulary>(model_->tokenizer());
+      s.json.emplace(json_vocab_);
+    }
+    if (s.json) s.json->mask(lg);
     const Sample sample = s.sampler.sample(lg, s.tokens);
+    if (s.json) s.json->accept(sample.token);
     TextOutput::Step st = s.out.push(sample.token);
     if (!st.eog) s.tokens.push_back(sample.token);
     CompletionEvent e;
     e.text = std::move(st.text);
     e.sample = st.eog ? nullptr : &sample;
     if (s.req.on_event && (e.sample || !e.text.empty())) s.req.on_event(e);
-    if (st.stop) finish(s, "stop");
-    else if (s.generated() >= s.req.max_tokens || static_cast<int64_t>(s.tokens.size()) >= context_) finish(s, "length");
+    if (st.stop) {
+      finish(s, "stop");
+    } else if (s.json && s.json->complete()) {  // the object closed: the text held back is final
+      CompletionEvent tail;
+      tail.text = s.out.finish();
+      if (s.req.on_event && !tail.text.empty()) s.req.on_event(tail);
+      finish(s, "stop");
+    } else if (s.generated() >= s.req.max_tokens || static_cast<int64_t>(s.tokens.size()) >= context_) {
+      finish(s, "length");
+    }
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->finished; }), running_.end());
 }

@@ -252,7 +252,9 @@ LlmRequest parse_llm_request(std::string_view body, bool chat) {
       if (v.get_object().get(rf) != simdjson::SUCCESS || rf["type"].get(type) != simdjson::SUCCESS)
         bad(k, "'response_format' must be an object with a 'type'");
       const std::string t = string(type, "response_format.type");
-      if (t != "text") bad(k, str_cat("response_format '", t, "' is not supported yet (only 'text')"));
+      if (t == "json_object") r.json_object = true;
+      else if (t != "text")
+        bad(k, str_cat("response_format '", t, "' is not supported yet (text and json_object are)"));
     } else if (key == "tools" || key == "functions") {
       if (!null) bad(k, str_cat("'", k, "' (tool calling) is not supported yet"));
     }

@@ -42,6 +42,7 @@ struct LlmRequest {
   // Given in the body (else the model's configured default applies).
   bool temperature_given = false, top_p_given = false, top_k_given = false, min_p_given = false;
   bool ignore_eos = false;                    // kiln: generate max_tokens whatever the model says (benchmarks)
+  bool json_object = false;                   // response_format {"type": "json_object"}
   std::string user;
 };
 

@@ -278,6 +278,27 @@ def check_errors(s):
     assert all(r[2]["usage"]["completion_tokens"] == FLOOD_TOKENS for r in results if r[0] == 200)
 
 
+def check_json_mode(s):
+    """response_format json_object: the content is one JSON object (constrained decoding),
+    streamed or not; json_schema is refused naming the field."""
+    c = s.client()
+    ask = [{"role": "user", "content": "Describe a cat as a JSON object with its name and age."}]
+    r = c.chat.completions.create(model=MODEL, messages=ask, temperature=0, max_tokens=200,
+                                  response_format={"type": "json_object"})
+    obj = json.loads(r.choices[0].message.content)
+    assert isinstance(obj, dict) and r.choices[0].finish_reason == "stop", r
+    text = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+        model=MODEL, messages=ask, temperature=0.8, seed=3, max_tokens=200, stream=True,
+        response_format={"type": "json_object"}) if ch.choices)
+    assert isinstance(json.loads(text), dict), text
+    try:
+        c.chat.completions.create(model=MODEL, messages=ask, response_format={
+            "type": "json_schema", "json_schema": {"name": "cat", "schema": {"type": "object"}}})
+        raise AssertionError("json_schema accepted")
+    except openai.BadRequestError as e:
+        assert e.body["param"] == "response_format", e.body
+
+
 def check_concurrency(s):
     c = s.client()
     prompts = ["The capital of France is", "Write a haiku about the sea.", "def fibonacci(n):", "List three colours:",
@@ -370,6 +391,7 @@ def main():
         check_health(s)
         check_cli_client(kiln, s)
         check_errors(s)
+        check_json_mode(s)
         check_concurrency(s)
         check_cancel(s)
         check_sigterm_drains(s)

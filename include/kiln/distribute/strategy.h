@@ -105,8 +105,9 @@ class PendingAllReduce {
  public:
   PendingAllReduce(PendingAllReduce&&) noexcept;
   PendingAllReduce& operator=(PendingAllReduce&&) noexcept;
-  // Unless wait() returned: aborts the replicas' collectives (the others end with
-  // CancelledError, as when a replica throws) and waits for the buckets in flight.
+  // When wait() was not reached and buckets are in flight on the communication thread
+  // (the replica threw): aborts the replicas' collectives (the others end with
+  // CancelledError, as when a replica throws) and waits for those buckets.
   ~PendingAllReduce();
   // Tensor `index` (< count); each is given once (InvalidArgumentError otherwise). Its
   // data must stay as it is until wait() returns.

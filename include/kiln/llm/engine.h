@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "kiln/llm/json_constraint.h"
 #include "kiln/llm/generate.h"
 #include "kiln/llm/model.h"
 #include "kiln/llm/sampler.h"
@@ -70,6 +71,10 @@ struct CompletionRequest {
   std::vector<std::string> stop;
   SamplingParams sampling;
   bool ignore_eos = false;
+  // Generate one JSON object (kiln/llm/json_constraint.h): tokens that cannot continue it
+  // are masked before sampling (log-probabilities are then those of the tokens allowed),
+  // and the request finishes ("stop") when the object closes.
+  bool json_object = false;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::shared_ptr<std::atomic<bool>> cancelled;  // set by the caller to stop it
   std::function<void(const CompletionEvent&)> on_event;  // on the engine thread
@@ -118,6 +123,7 @@ class Engine {
   std::deque<std::unique_ptr<Seq>> waiting_;
   std::vector<std::unique_ptr<Seq>> running_;
   std::vector<float> logits_;
+  std::shared_ptr<const JsonVocabulary> json_vocab_;  // made at the first json_object request
   uint64_t admitted_ = 0;
   // Published for stats() (mu_).
   EngineStats stats_;
