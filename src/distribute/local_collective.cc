@@ -80,7 +80,7 @@ void LocalCollective::reset() {
   reason_.clear();
   arrived_ = 0;
   results_.clear();
-  for (auto*& p : inputs_) p = nullptr;
+  for (auto& p : inputs_) p.clear();
 }
 
 namespace {
@@ -98,12 +98,12 @@ void copy_slice(size_t k, std::vector<std::vector<Tensor>>& results, int r, int 
 
 // Slice r of n of tensor k: the weighted sum into replica 0's result.
 template <typename T>
-void reduce_slice(const std::vector<std::vector<Tensor>*>& inputs, const std::vector<double>& weights, size_t k,
+void reduce_slice(const std::vector<std::vector<Tensor>>& inputs, const std::vector<double>& weights, size_t k,
                   std::vector<std::vector<Tensor>>& results, int r, int n) {
   const int64_t len = results[0][k].numel(), lo = len * r / n, hi = len * (r + 1) / n;
   T* dst = results[0][k].data<T>();
   for (size_t q = 0; q < inputs.size(); ++q) {
-    const T* src = (*inputs[q])[k].data<T>();
+    const T* src = inputs[q][k].data<T>();
     const T w = static_cast<T>(weights[q]);
     if (q == 0) {
       for (int64_t i = lo; i < hi; ++i) dst[i] = w * src[i];
@@ -117,15 +117,17 @@ void reduce_slice(const std::vector<std::vector<Tensor>*>& inputs, const std::ve
 void LocalCollective::all_reduce(int r, std::vector<Tensor>& tensors, double weight, bool patient) {
   const int spins = patient ? kPatientSpins : kSpins;
   {
+    // Not once aborted: another replica may still be reading this one's last inputs.
     std::lock_guard<std::mutex> lock(mu_);
-    inputs_[static_cast<size_t>(r)] = &tensors;
+    throw_if_aborted();
+    inputs_[static_cast<size_t>(r)] = tensors;
     weights_[static_cast<size_t>(r)] = weight;
   }
   // Everyone has posted: check that the calls match, make the results.
   arrive([&]() -> std::string {
-    const std::vector<Tensor>& first = *inputs_[0];
+    const std::vector<Tensor>& first = inputs_[0];
     for (int q = 0; q < n_; ++q) {
-      const std::vector<Tensor>& ts = *inputs_[static_cast<size_t>(q)];
+      const std::vector<Tensor>& ts = inputs_[static_cast<size_t>(q)];
       if (ts.size() != first.size())
         return detail::str_cat("all_reduce: replica ", q, " gave ", ts.size(), " tensors, replica 0 gave ",
                                first.size());
@@ -146,7 +148,7 @@ void LocalCollective::all_reduce(int r, std::vector<Tensor>& tensors, double wei
     if (devices_) return std::string();  // (the devices' collective makes the results)
     results_.assign(static_cast<size_t>(n_), {});
     for (int q = 0; q < n_; ++q) {
-      const std::vector<Tensor>& ts = *inputs_[static_cast<size_t>(q)];
+      const std::vector<Tensor>& ts = inputs_[static_cast<size_t>(q)];
       if (q == 0 && workers_) {
         // Replica 0's results, which go to the other workers, lie back to back in one
         // block per dtype: a collective can sum them in place (WorkerGroup::contiguous).

@@ -67,8 +67,10 @@ class LocalCollective {
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> aborted_{false};
   std::string reason_;
-  // The all-reduce in progress: every replica's tensors and weight, and the result.
-  std::vector<std::vector<Tensor>*> inputs_;
+  // The all-reduce in progress: every replica's tensors (handles: their storage lives
+  // while any replica may read it, even when the caller's vector is gone after an
+  // abort) and weight, and the result.
+  std::vector<std::vector<Tensor>> inputs_;
   std::vector<double> weights_;
   std::vector<std::vector<Tensor>> results_;  // per replica, on its tensors' devices
 };

@@ -48,11 +48,12 @@ struct PendingAllReduce::State {
   }
   void reduce(std::vector<Tensor>& bucket, bool patient) {
     std::exception_ptr e;
+    bool failed;
     {
       std::lock_guard<std::mutex> lock(mu);
-      e = error;
+      failed = error != nullptr;
     }
-    if (!e) {  // after a failed bucket the others are not run (the collective is aborted)
+    if (!failed) {  // after a failed bucket the others are not run (the collective is aborted)
       try {
         collective->all_reduce(local, bucket, weight, patient);
       } catch (...) {
@@ -60,7 +61,10 @@ struct PendingAllReduce::State {
       }
     }
     std::lock_guard<std::mutex> lock(mu);
-    if (e && !error) error = e;
+    // Moved, not copied: this thread keeps no reference to an exception the replica's
+    // thread rethrows (the last reference's release would run its destructor here).
+    if (e && !error) error = std::move(e);
+    e = nullptr;
     ++done;
     cv.notify_all();
   }
