@@ -223,9 +223,17 @@ def check_convert(root, out):
         got, want = np.load(os.path.join(od, "output_0.npy")), np.load(f"{ref}/b5_out0.npy")
         if precision == "fp32":
             close(got, want, "converted fp32")
-        else:  # 16-bit weights or int8: probabilities close, the same classes
-            assert np.abs(got - want).max() < (2e-2 if precision == "bf16" else 0.1), (precision, np.abs(got - want).max())
-            assert (got.argmax(1) == want.argmax(1)).mean() >= 0.8, precision
+        else:  # 16-bit weights or int8: probabilities close, the same classes where TF is sure
+            diff = np.abs(got - want).max()
+            assert diff < (2e-2 if precision == "bf16" else 0.1), (precision, diff)
+            # A random-weight cnn's probabilities are close to uniform: a row whose top two
+            # classes are nearer than twice the largest difference may rank them either
+            # way (that flipped under load in CI); every other row must pick TF's class.
+            top2 = np.sort(want, axis=1)[:, -2:]
+            sure = top2[:, 1] - top2[:, 0] > 2 * diff
+            assert (got.argmax(1) == want.argmax(1))[sure].all(), (precision, got, want)
+            print(f"convert cnn {precision}: max |diff| {diff:.4f}, TF's class kept on the {sure.sum()} of {len(sure)} rows "
+                  "where its top two are further apart than twice that")
     print("convert cnn: fp32, bf16 and int8 packages from the SavedModel, assets carried over")
 
 
