@@ -142,11 +142,9 @@ def numpy_forward(reader, ids):
     n_kv, base, eps = int(field(a + "attention.head_count_kv")[0]), float(field(a + "rope.freq_base")[0]), float(field(a + "attention.layer_norm_rms_epsilon")[0])
     hd = d // n_head
 
-    def w(name):
+    def w(name):  # (every type, F32 included; rows x columns)
         t = tensors[name]
-        return gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64).reshape(
-            [int(x) for x in reversed(t.shape)]) if t.tensor_type != gguf.GGMLQuantizationType.F32 else \
-            np.array(t.data, dtype=np.float64).reshape([int(x) for x in reversed(t.shape)])
+        return gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64).reshape([int(x) for x in reversed(t.shape)])
 
     emb = w("token_embd.weight")
     head = w("output.weight") if "output.weight" in tensors else emb

@@ -3,6 +3,7 @@
 #include <simdjson.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <condition_variable>
 #include <cmath>
@@ -502,8 +503,7 @@ void LlmService::apply(const std::vector<LlmModelSpec>& models) {
   }
   // Every new or changed model loads before anything changes: a model that fails to
   // load leaves the service as it was.
-  std::vector<std::shared_ptr<Entry>> next;
-  std::vector<std::string> loaded;
+  std::vector<std::shared_ptr<Entry>> next, loaded;
   for (const LlmModelSpec& spec : models) {
     std::shared_ptr<Entry> keep;
     for (const auto& e : current)
@@ -513,7 +513,7 @@ void LlmService::apply(const std::vector<LlmModelSpec>& models) {
       continue;
     }
     next.push_back(load(spec));
-    loaded.push_back(spec.name);
+    loaded.push_back(next.back());
   }
   std::vector<std::string> gone;
   {
@@ -525,23 +525,19 @@ void LlmService::apply(const std::vector<LlmModelSpec>& models) {
       }
     sh.models = std::move(next);
   }
-  for (const std::string& name : loaded) {
-    std::shared_ptr<Entry> e = find_loaded(name);
+  for (const auto& e : loaded)
     log_event(LogLevel::kInfo, "llm_loaded",
-              {{"model", name}, {"path", e->spec.path}, {"context", std::to_string(e->engine->context_length())},
+              {{"model", e->name}, {"path", e->spec.path}, {"context", std::to_string(e->engine->context_length())},
                {"kv_blocks", std::to_string(e->engine->stats().kv_blocks_total)}});
-  }
   for (const std::string& name : gone)
-    if (std::find(loaded.begin(), loaded.end(), name) == loaded.end())
+    if (std::none_of(loaded.begin(), loaded.end(), [&](const auto& e) { return e->name == name; }))
       log_event(LogLevel::kInfo, "llm_unloading", {{"model", name}, {"reason", "not in the configuration any more"}});
   reap();
 }
 
-std::shared_ptr<LlmService::Entry> LlmService::find_loaded(const std::string& name) const {
+bool LlmService::empty() const {
   std::lock_guard<std::mutex> lock(shared_->mu);
-  for (const auto& e : shared_->models)
-    if (e->name == name) return e;
-  return nullptr;
+  return shared_->models.empty();
 }
 
 std::vector<std::shared_ptr<LlmService::Entry>> LlmService::models() const {

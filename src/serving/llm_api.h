@@ -57,7 +57,7 @@ class LlmService {
   // once the requests running on it have finished (a thread of the service's looks every
   // 0.2 s).
   void apply(const std::vector<LlmModelSpec>& models);
-  bool empty() const { return models().empty(); }
+  bool empty() const;  // (asked on every REST request: no copy of the list)
   // Answers the request when its path is one of the LLM routes; false otherwise.
   bool handle(HttpRequest& req, Responder& respond);
   std::vector<std::string> names() const;
@@ -71,7 +71,6 @@ class LlmService {
  private:
   struct Shared;
   std::shared_ptr<Entry> load(const LlmModelSpec& spec) const;
-  std::shared_ptr<Entry> find_loaded(const std::string& name) const;
   std::vector<std::shared_ptr<Entry>> models() const;
   void reap();  // stops the retired models nothing uses any more
   std::shared_ptr<Shared> shared_;

@@ -8,13 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
-
-#include <unistd.h>
 
 #include "kiln/llm/model.h"
 #include "llm/tiny_model.h"
@@ -103,12 +99,7 @@ TEST(JsonRecognizer, AFeedIsAllOrNothing) {
 // mask had refused.
 // The shortcut inside strings takes exactly what walking the bytes would.
 TEST(JsonConstraint, StringContentShortcutEqualsWalkingTheBytes) {
-  const testing::TinyModel tm = testing::tiny_models()[1];  // f16-qwen2-bpe: every byte a token
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("kiln_json_s" + std::to_string(::getpid()) + ".gguf")).string();
-  std::ofstream(path, std::ios::binary) << testing::tiny_model_gguf(tm);
-  const std::shared_ptr<const Model> m = Model::load(path);
-  std::filesystem::remove(path);
+  const std::shared_ptr<const Model> m = testing::load_tiny_model(testing::tiny_models()[1]);  // f16-qwen2-bpe: every byte a token
   auto vocab = std::make_shared<const JsonVocabulary>(m->tokenizer());
   for (const char* prefix : {"{\"", "{\"key\": \"caf", "{\"a\": [\"x"}) {
     SCOPED_TRACE(prefix);
@@ -134,11 +125,7 @@ TEST(JsonConstraint, MaskedSamplingWritesAnObject) {
   for (const testing::TinyModel& tm : testing::tiny_models()) {
     if (tm.name != "f16-qwen2-bpe" && tm.name != "q8_0-llama-spm") continue;  // both tokenizer kinds
     SCOPED_TRACE(tm.name);
-    const std::string path =
-        (std::filesystem::temp_directory_path() / ("kiln_json_" + tm.name + std::to_string(::getpid()) + ".gguf")).string();
-    std::ofstream(path, std::ios::binary) << testing::tiny_model_gguf(tm);
-    const std::shared_ptr<const Model> m = Model::load(path);
-    std::filesystem::remove(path);
+    const std::shared_ptr<const Model> m = testing::load_tiny_model(tm);
     const Tokenizer& tok = m->tokenizer();
     auto vocab = std::make_shared<const JsonVocabulary>(tok);
     std::mt19937 rng(7);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "kiln/core/file_io.h"
+#include "kiln/llm/generate.h"
 #include "kiln/llm/kv_cache.h"
 #include "test_util.h"
 
@@ -53,6 +54,18 @@ std::vector<OracleCase> oracle_cases(const std::string& prompts_fixture, const s
     }
   }
   return cases;
+}
+
+GreedyComparison compare_greedy(const Model& m, const OracleCase& c) {
+  GenerateOptions o;
+  o.max_tokens = static_cast<int64_t>(c.greedy.size());
+  o.sampling.temperature = 0;
+  o.ignore_eos = true;
+  GreedyComparison g{generate_tokens(m, c.prompt_ids, o).tokens, 0};
+  EXPECT_EQ(g.tokens.size(), c.greedy.size());
+  while (g.diverges_at < c.greedy.size() && g.diverges_at < g.tokens.size() && g.tokens[g.diverges_at] == c.greedy[g.diverges_at])
+    ++g.diverges_at;
+  return g;
 }
 
 std::vector<float> prompt_logits(const Model& m, const std::vector<TokenId>& ids) {

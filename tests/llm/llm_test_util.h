@@ -26,6 +26,14 @@ struct OracleCase {
 // the fixture files at these paths (under tests/fixtures).
 std::vector<OracleCase> oracle_cases(const std::string& prompts_fixture, const std::string& greedy_fixture);
 
+// kiln's greedy continuation of c.prompt_ids, as long as llama.cpp's; the step where it
+// leaves llama.cpp's (c.greedy.size() when it never does).
+struct GreedyComparison {
+  std::vector<TokenId> tokens;
+  size_t diverges_at;
+};
+GreedyComparison compare_greedy(const Model& m, const OracleCase& c);
+
 // The logits after the last of `ids`, run as one sequence from position 0.
 std::vector<float> prompt_logits(const Model& m, const std::vector<TokenId>& ids);
 

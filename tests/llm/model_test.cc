@@ -79,20 +79,15 @@ TEST(LlmModel, GreedyContinuationsMatchLlamaCpp) {
   std::vector<OracleCase> cases = oracle_cases();
   if (kiln::testing::kSanitized) cases.resize(2);  // the same path per prompt: two under the sanitizers
   for (const OracleCase& c : cases) {
-    GenerateOptions o;
-    o.max_tokens = static_cast<int64_t>(c.greedy.size());
-    o.sampling.temperature = 0;
-    o.ignore_eos = true;
-    const GenerateResult r = generate_tokens(m, c.prompt_ids, o);
-    ASSERT_EQ(r.tokens.size(), c.greedy.size());
-    size_t i = 0;
-    while (i < c.greedy.size() && r.tokens[i] == c.greedy[i]) ++i;
+    const testing::GreedyComparison g = testing::compare_greedy(m, c);
+    ASSERT_EQ(g.tokens.size(), c.greedy.size());
+    const size_t i = g.diverges_at;
     if (i == c.greedy.size()) {
       ++identical;
       continue;
     }
     std::printf("diverges at step %zu of %zu: kiln %d, llama.cpp %d (llama.cpp's top-2 gap %.4f)\n", i, c.greedy.size(),
-                r.tokens[i], c.greedy[i], c.gaps[i]);
+                g.tokens[i], c.greedy[i], c.gaps[i]);
     EXPECT_LT(c.gaps[i], 0.5f) << "kiln left llama.cpp's greedy path at step " << i << " where llama.cpp was sure";
     ++close_calls;
   }

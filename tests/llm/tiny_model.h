@@ -10,15 +10,23 @@
 // with byte fallback, and byte-level BPE) and tied or separate output heads alternate
 // over the types. Quantised blocks are random bytes with small random scales, as the
 // kernels' tests make them.
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "kiln/core/half.h"
 #include "kiln/llm/ggml_type.h"
+#include "kiln/llm/model.h"
 #include "llm/gguf_builder.h"
 
 namespace kiln::llm::testing {
@@ -300,6 +308,19 @@ inline std::string tiny_model_gguf(const TinyModel& m) {
   }
   w.data(0);
   return w.bytes;
+}
+
+// The model, written to a temporary file, loaded (Model::load) and the file removed (the
+// weights are read or mapped by then).
+inline std::shared_ptr<const Model> load_tiny_model(const TinyModel& m) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("kiln_tiny_" + m.name + "_" + std::to_string(::getpid()) + "_" +
+                             std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id())) + ".gguf"))
+                               .string();
+  std::ofstream(path, std::ios::binary) << tiny_model_gguf(m);
+  std::shared_ptr<const Model> model = Model::load(path);
+  std::filesystem::remove(path);
+  return model;
 }
 
 }  // namespace kiln::llm::testing

@@ -12,13 +12,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-
-#include <unistd.h>
 
 #include "kiln/core/npy.h"
-#include "kiln/llm/generate.h"
 #include "kiln/llm/model.h"
 #include "llm/llm_test_util.h"
 #include "llm/tiny_model.h"
@@ -32,19 +27,9 @@ namespace {
 
 class TinyModels : public ::testing::TestWithParam<testing::TinyModel> {};
 
-std::string write_model(const testing::TinyModel& m) {
-  const std::string path = (std::filesystem::temp_directory_path() / ("kiln_tiny_" + m.name + "_" +
-                                                                      std::to_string(::getpid()) + ".gguf"))
-                               .string();
-  std::ofstream(path, std::ios::binary) << testing::tiny_model_gguf(m);
-  return path;
-}
-
 TEST_P(TinyModels, MatchLlamaCpp) {
   const testing::TinyModel& tm = GetParam();
-  const std::string path = write_model(tm);
-  const std::shared_ptr<const Model> model = Model::load(path);
-  std::filesystem::remove(path);  // (the weights were read or mapped: the file can go)
+  const std::shared_ptr<const Model> model = testing::load_tiny_model(tm);
   const Model& m = *model;
   EXPECT_EQ(m.config().architecture, tm.arch);
   EXPECT_EQ(m.config().tied_output, tm.tied);
@@ -75,20 +60,15 @@ TEST_P(TinyModels, MatchLlamaCpp) {
     // the integer types), and close to llama.cpp's.
     EXPECT_GE(c_exact, std::min(0.9999, c_llama_exact) - 2e-4);
     EXPECT_GE(c_llama, 0.995);
-    GenerateOptions o;
-    o.max_tokens = static_cast<int64_t>(c.greedy.size());
-    o.sampling.temperature = 0;
-    o.ignore_eos = true;
-    const GenerateResult r = generate_tokens(m, ids, o);
-    ASSERT_EQ(r.tokens.size(), c.greedy.size());
-    size_t step = 0;
-    while (step < c.greedy.size() && r.tokens[step] == c.greedy[step]) ++step;
+    const testing::GreedyComparison g = testing::compare_greedy(m, c);
+    ASSERT_EQ(g.tokens.size(), c.greedy.size());
+    const size_t step = g.diverges_at;
     if (step == c.greedy.size()) {
       ++identical;
       continue;
     }
     std::printf("%s prompt %zu diverges at step %zu: kiln %d, llama.cpp %d (llama.cpp's top-2 gap %.4f)\n",
-                tm.name.c_str(), i, step, r.tokens[step], c.greedy[step], c.gaps[step]);
+                tm.name.c_str(), i, step, g.tokens[step], c.greedy[step], c.gaps[step]);
     EXPECT_LT(c.gaps[step], std::max(0.1, llama_error + kiln_error))
         << "kiln left llama.cpp's greedy path at step " << step << " where llama.cpp was sure";
   }
