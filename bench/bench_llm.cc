@@ -4,7 +4,9 @@
 // engine's case: N sequences decoding together, aggregate tokens/s); the memory-
 // bandwidth floor of one decode step. bench/llm_compare.sh runs llama-bench beside it.
 //   bench_llm MODEL [--threads 1,2] [--reps 3] [--batch 1,2,4,8,16,32] [--repack 1|0]
-// (--repack 0: the row kernels over the file's blocks, for comparison).
+//             [--kernels N]
+// (--repack 0: the row kernels over the file's blocks, for comparison; --kernels N: only
+// the group kernels on layer 0's matrices with N tokens, one thread, per ISA level).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -100,21 +102,57 @@ double bandwidth() {
   }
   return best;
 }
+// The group kernels alone, one thread: `tokens` activation vectors times each distinct
+// matrix shape of layer 0, at every instruction-set level this CPU runs; GMAC/s.
+void kernel_rates(const Model& m, int tokens, int reps) {
+  set_num_threads(1);
+  const CpuIsa found = cpu_isa();
+  for (const char* name : {"blk.0.attn_q.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_down.weight"}) {
+    const GgufTensor& t = m.file().tensor(name);
+    const kernels::QMatrix q{t.type, t.data, t.rows(), t.row_length(), ggml_row_bytes(t.type, t.row_length())};
+    if (!kernels::packable(q.type)) continue;
+    const kernels::PackedMatrix p(q);
+    std::vector<float> x(static_cast<size_t>(tokens * q.cols)), y(static_cast<size_t>(tokens * q.rows));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 201) / 100.0f - 1.0f;
+    std::vector<kernels::Q8Block> xq(static_cast<size_t>(tokens * q.cols / 32));
+    for (int i = 0; i < tokens; ++i) kernels::quantize_q8(x.data() + i * q.cols, xq.data() + i * q.cols / 32, q.cols);
+    std::printf("%s (%s, %lld x %lld), %d tokens:", name, ggml_type_name(static_cast<uint32_t>(t.type)).c_str(),
+                static_cast<long long>(q.rows), static_cast<long long>(q.cols), tokens);
+    for (CpuIsa level : {CpuIsa::kAvx2, CpuIsa::kAvx512Vnni, CpuIsa::kAmx}) {
+      if (level > found) continue;
+      set_cpu_isa_cap(level);
+      std::vector<double> rate;
+      for (int r = 0; r < reps; ++r) {
+        int calls = 0;
+        const auto t0 = Clock::now();
+        do {
+          kernels::matmul_groups(p, xq.data(), tokens, y.data(), q.rows, 0, p.groups());
+          ++calls;
+        } while (since(t0) < 0.2);
+        rate.push_back(static_cast<double>(calls) * tokens * q.rows * q.cols / since(t0) / 1e9);
+      }
+      std::printf(" %s %.1f", cpu_isa_name(level), median(rate));
+    }
+    set_cpu_isa_cap(found);
+    std::printf(" GMAC/s\n");
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_llm MODEL [--threads 1,2] [--reps 3] [--batch 1,2,4,8,16,32] [--repack 1|0]\n");
+    std::fprintf(stderr, "usage: bench_llm MODEL [--threads 1,2] [--reps 3] [--batch 1,2,4,8,16,32] [--repack 1|0] [--kernels N]\n");
     return 2;
   }
   std::vector<int> threads{1, 2}, batches;
-  int reps = 3;
+  int reps = 3, kernel_tokens = 0;
   ModelLoadOptions load_options;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = ints(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--batch")) batches = ints(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--repack")) load_options.repack = std::stoi(argv[i + 1]) != 0;
+    else if (!std::strcmp(argv[i], "--kernels")) kernel_tokens = std::stoi(argv[i + 1]);
   }
   const long rss0 = rss_kib();
   const auto t0 = Clock::now();
@@ -134,6 +172,10 @@ int main(int argc, char** argv) {
   }
   std::printf("kernels: %s, %s (CPU: %s)\n", kernels::kernel_isa(), load_options.repack ? "packed groups" : "rows",
               cpu_isa_name(detected_cpu_isa()));
+  if (kernel_tokens > 0) {
+    kernel_rates(*model, kernel_tokens, reps);
+    return 0;
+  }
   for (int t : threads) {
     set_num_threads(t);
     std::vector<double> pp, tg;

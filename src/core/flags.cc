@@ -62,10 +62,11 @@ const Entry kTable[] = {
   {{"KILN_MLFLOW_TRACKING_URI", "file:dir",
     "kiln train records each run in this MLflow file store (default of --mlflow_tracking_uri)"},
    [](auto, auto v, Flags& f, KernelPreferences&) { f.mlflow_tracking_uri = std::string(v); }},
-  {{"KILN_CPU_ISA", "avx2|avx512|avx512_vnni|avx512_bf16",
+  {{"KILN_CPU_ISA", "avx2|avx512|avx512_vnni|avx512_bf16|amx",
     "cap kiln's own CPU kernels at this instruction set (default: the best the CPU has; tests cover lower paths)"},
    [](auto n, auto v, Flags& f, KernelPreferences&) {
-     if (v != "avx2" && v != "avx512" && v != "avx512_vnni" && v != "avx512_bf16") bad(n, v, "avx2, avx512, avx512_vnni or avx512_bf16");
+     if (v != "avx2" && v != "avx512" && v != "avx512_vnni" && v != "avx512_bf16" && v != "amx")
+       bad(n, v, "avx2, avx512, avx512_vnni, avx512_bf16 or amx");
      f.cpu_isa = std::string(v);
    }},
   {{"KILN_DIRECT_CONV", "0|1|auto", "kernel preference: 0 every convolution on oneDNN; 1 kiln's general tile even "

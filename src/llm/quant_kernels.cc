@@ -1,5 +1,5 @@
-// Quantised kernels: AVX2 (baseline) and AVX-512 VNNI (runtime-selected) integer group
-// kernels over packed matrices and row kernels over the file's blocks (q4_0, q4_1, q5_0,
+// Quantised kernels: AVX2 (baseline), AVX-512 VNNI and AMX (runtime-selected) integer
+// group kernels over packed matrices and row kernels over the file's blocks (q4_0, q4_1, q5_0,
 // q5_1, q8_0); an f32 row path for every other type.
 #define KILN_LLM_ISA avx2
 #include "llm/quant_kernels_impl.h"
@@ -20,6 +20,9 @@ namespace avx512 {
 RowsFn integer_kernel(GgmlType type);  // quant_kernels_avx512.cc
 GroupsFn group_kernel(GgmlType type);
 }  // namespace avx512
+namespace amx {
+GroupsFn group_kernel(GgmlType type);  // quant_kernels_amx.cc
+}  // namespace amx
 namespace {
 
 using avx2::hsum;
@@ -47,7 +50,10 @@ RowsFn integer_kernel(GgmlType type) {
   return cpu_has(CpuIsa::kAvx512Vnni) ? avx512::integer_kernel(type) : avx2::integer_kernel(type);
 }
 
-GroupsFn group_kernel(GgmlType type) {
+// AMX from a full tile of 16 tokens on (bit-identical to the others, so the choice may
+// follow the batch's size).
+GroupsFn group_kernel(GgmlType type, int64_t n) {
+  if (n >= kAmxMinTokens && cpu_has(CpuIsa::kAmx)) return amx::group_kernel(type);
   return cpu_has(CpuIsa::kAvx512Vnni) ? avx512::group_kernel(type) : avx2::group_kernel(type);
 }
 
@@ -95,11 +101,14 @@ void matmul_rows(const QMatrix& w, const Q8Block* xq, const float* x, int64_t n,
 }
 
 void matmul_groups(const PackedMatrix& w, const Q8Block* xq, int64_t n, float* y, int64_t y_stride, int64_t g0, int64_t g1) {
-  group_kernel(w.type())(w, xq, n, y, y_stride, g0, g1);
+  group_kernel(w.type(), n)(w, xq, n, y, y_stride, g0, g1);
 }
 
 bool has_integer_kernel(GgmlType type) { return integer_kernel(type) != nullptr; }
 
-const char* kernel_isa() { return cpu_has(CpuIsa::kAvx512Vnni) ? "avx512_vnni" : "avx2"; }
+const char* kernel_isa() {
+  if (cpu_has(CpuIsa::kAmx)) return "amx from 16 tokens, else avx512_vnni";
+  return cpu_has(CpuIsa::kAvx512Vnni) ? "avx512_vnni" : "avx2";
+}
 
 }  // namespace kiln::llm::kernels

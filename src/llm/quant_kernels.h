@@ -20,7 +20,8 @@
 // Rows are processed against a small batch of activation vectors at once (decode of
 // several sequences, prompt chunks): the weights are read from memory once for all.
 // Each kernel has an AVX2 form (the build's baseline) and an AVX-512 VNNI form chosen
-// at run time (kiln/core/cpu_isa.h).
+// at run time (kiln/core/cpu_isa.h); the group kernels also an AMX form, for calls of
+// kAmxMinTokens tokens or more (prefill, large decode batches).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -106,6 +107,7 @@ constexpr PackFormat pack_format(GgmlType type) {
 }
 
 constexpr int64_t kGroupRows = 16;
+constexpr int64_t kAmxMinTokens = 16;  // one AMX tile of tokens
 
 // A QMatrix repacked (owns its memory, 64-byte aligned).
 class PackedMatrix {
@@ -136,7 +138,7 @@ void matmul_groups(const PackedMatrix& w, const Q8Block* xq, int64_t n, float* y
 using GroupsFn = void (*)(const PackedMatrix& w, const Q8Block* xq, int64_t n, float* y, int64_t y_stride, int64_t g0,
                           int64_t g1);
 
-// The kernel family in use: "avx512_vnni" or "avx2".
+// The kernel families in use: "amx from 16 tokens, else avx512_vnni", "avx512_vnni" or "avx2".
 const char* kernel_isa();
 
 }  // namespace kiln::llm::kernels

@@ -85,20 +85,20 @@ TEST(Flags, MalformedValuesNameTheVariable) {
                     "KILN_WINOGRAD must be 0 or 1 (or true/false, on/off), got 'maybe'");
   EXPECT_KILN_ERROR(parse({{"KILN_DIRECT_CONV", "2"}}), kInvalidArgument, "KILN_DIRECT_CONV must be 0 or 1");
   EXPECT_KILN_ERROR(parse({{"KILN_CPU_ISA", "sse2"}}), kInvalidArgument,
-                    "KILN_CPU_ISA must be avx2, avx512, avx512_vnni or avx512_bf16, got 'sse2'");
+                    "KILN_CPU_ISA must be avx2, avx512, avx512_vnni, avx512_bf16 or amx, got 'sse2'");
 }
 
 // Runtime ISA dispatch: the cap lowers the level, never raises it above the CPU's.
 TEST(CpuIsa, CapAndNames) {
   EXPECT_EQ(parse({{"KILN_CPU_ISA", "avx2"}}).cpu_isa, "avx2");
-  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAvx512Bf16})
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAvx512Bf16, CpuIsa::kAmx})
     EXPECT_EQ(parse_cpu_isa(cpu_isa_name(isa)), isa);
   EXPECT_KILN_ERROR(parse_cpu_isa("avx9"), kInvalidArgument, "got 'avx9'");
   const CpuIsa detected = detected_cpu_isa();
   set_cpu_isa_cap(CpuIsa::kAvx2);
   EXPECT_EQ(cpu_isa(), CpuIsa::kAvx2);
   EXPECT_FALSE(cpu_has(CpuIsa::kAvx512));
-  set_cpu_isa_cap(CpuIsa::kAvx512Bf16);
+  set_cpu_isa_cap(kBestCpuIsa);
   EXPECT_EQ(cpu_isa(), detected);  // a cap above the CPU is the CPU
   EXPECT_TRUE(cpu_has(CpuIsa::kAvx2));
 }

@@ -18,13 +18,17 @@ enum class CpuIsa : int {
   kAvx512 = 1,      // + AVX-512 F, BW, VL, DQ
   kAvx512Vnni = 2,  // + AVX-512 VNNI (int8 dot products)
   kAvx512Bf16 = 3,  // + AVX-512 BF16 (bf16 dot products)
+  kAmx = 4,         // + AMX tiles with int8 and bf16 products, the OS granting the tile state
 };
+constexpr CpuIsa kBestCpuIsa = CpuIsa::kAmx;  // the highest level kiln has kernels for
 
 const char* cpu_isa_name(CpuIsa isa);
 // kAvx2 for "avx2", ...; InvalidArgumentError naming the accepted names otherwise.
 CpuIsa parse_cpu_isa(std::string_view name);
 
-// What this CPU (and OS, for the wide registers' state) runs.
+// What this CPU (and OS, for the wide registers' and tiles' state) runs. On a CPU with
+// AMX the first call asks Linux for the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, for
+// the whole process); where that is refused the level stops at kAvx512Bf16.
 CpuIsa detected_cpu_isa();
 // What kiln's kernels use: the detected level, capped by KILN_CPU_ISA / set_cpu_isa_cap.
 CpuIsa cpu_isa();
