@@ -17,6 +17,7 @@
 #include "kiln/core/parallel.h"
 #include "kiln/llm/gguf.h"
 #include "backends/cpu/vecmath.h"  // libmvec declarations: vector expf in omp simd loops
+#include "llm/attention_kernels.h"
 #include "llm/quant_kernels.h"
 
 namespace kiln::llm {
@@ -159,25 +160,6 @@ void rope(float* v, const float* cs, const float* sn, const ModelConfig& c) {
   }
 }
 
-inline float dot(const float* q, const float* k, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), acc);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  float r = _mm_cvtss_f32(s);
-  for (; i < n; ++i) r += q[i] * k[i];
-  return r;
-}
-
-inline void axpy(float a, const float* v, float* out, int64_t n) {
-  const __m256 va = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(v + i), _mm256_loadu_ps(out + i)));
-  for (; i < n; ++i) out[i] += a * v[i];
-}
-
 // x[i] = exp(x[i] - mx); returns the sum (libmvec's vector exp).
 float exp_shifted(float* x, int64_t n, float mx) {
   float sum = 0;
@@ -228,48 +210,61 @@ void attention(const ModelConfig& c, std::span<const BatchToken> batch, const fl
   const int64_t workers = std::min<int64_t>(num_threads(), jobs);
   const int64_t grain = positions * c.n_head < 2048 ? workers : 1;
   std::atomic<int64_t> next{0};
+  constexpr int64_t L = kernels::kAttnLanes;
+  const int64_t lanes = (bs + L - 1) / L * L;  // a block's positions, padded
   parallel_for(workers, grain, [&](int64_t, int64_t) {
-    std::vector<float> scores, kv(static_cast<size_t>(bs * hd));
+    std::vector<float> scores, kv(static_cast<size_t>(bs * hd)), kt(static_cast<size_t>(hd * lanes));
+    std::vector<const float*> qrows;
+    std::vector<float*> outs;
     for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < jobs;) {
       const int64_t job = order[static_cast<size_t>(i)];
       const Tile& tile = tiles[static_cast<size_t>(job / c.n_head_kv)];
       const int64_t kvh = job % c.n_head_kv, rows = tile.m * group;
       const BatchToken& last = batch[tile.t0 + tile.m - 1];
-      const int64_t n_max = last.pos + 1;
+      const int64_t n_max = last.pos + 1, n_blocks = (n_max + bs - 1) / bs, stride = n_blocks * lanes;
       const std::vector<int32_t>& blocks = cache.blocks(last.seq);
-      scores.resize(static_cast<size_t>(rows * n_max));
-      // Row r: token t0 + r / group, query head kvh * group + r % group.
-      auto row_q = [&](int64_t r) { return q + (tile.t0 + r / group) * q_dim + (kvh * group + r % group) * hd; };
-      auto row_out = [&](int64_t r) { return att + (tile.t0 + r / group) * q_dim + (kvh * group + r % group) * hd; };
+      scores.resize(static_cast<size_t>(rows * stride));
+      // Row r: token t0 + r / group, query head kvh * group + r % group. Block b's
+      // scores are at b * lanes in a row (positions p0 + j at b * lanes + j).
+      qrows.resize(static_cast<size_t>(rows));
+      outs.resize(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t at = (tile.t0 + r / group) * q_dim + (kvh * group + r % group) * hd;
+        qrows[static_cast<size_t>(r)] = q + at;
+        outs[static_cast<size_t>(r)] = att + at;
+        std::fill(att + at, att + at + hd, 0.0f);
+      }
       auto row_n = [&](int64_t r) { return batch[tile.t0 + r / group].pos + 1; };
-      for (int64_t p0 = 0; p0 < n_max; p0 += bs) {
-        const int64_t m = std::min(bs, n_max - p0);
-        const half* kb = cache.block_keys(blocks[static_cast<size_t>(p0 / bs)], l) + kvh * hd;
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        const int64_t m = std::min(bs, n_max - b * bs);
+        const half* kb = cache.block_keys(blocks[static_cast<size_t>(b)], l) + kvh * hd;
         for (int64_t j = 0; j < m; ++j) convert_half_to_float(kb + j * kv_dim, kv.data() + j * hd, static_cast<size_t>(hd));
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* qr = row_q(r);
-          float* sr = scores.data() + r * n_max + p0;
-          const int64_t mr = std::min(m, row_n(r) - p0);
-          for (int64_t j = 0; j < mr; ++j) sr[j] = dot(qr, kv.data() + j * hd, hd) * scale;
+        for (int64_t d = 0; d < hd; ++d) {
+          float* row = kt.data() + d * lanes;
+          for (int64_t j = 0; j < m; ++j) row[j] = kv[static_cast<size_t>(j * hd + d)];
+          std::fill(row + m, row + lanes, 0.0f);
         }
+        kernels::attn_scores(qrows.data(), rows, kt.data(), lanes, hd, scale, scores.data() + b * lanes, stride);
       }
       for (int64_t r = 0; r < rows; ++r) {
-        float* sr = scores.data() + r * n_max;
+        // The row's scores packed to consecutive positions (blocks of bs < lanes leave gaps).
+        float* sr = scores.data() + r * stride;
         const int64_t n = row_n(r);
+        if (lanes != bs)
+          for (int64_t p = bs; p < n; ++p) sr[p] = sr[p / bs * lanes + p % bs];
         const float mx = *std::max_element(sr, sr + n);
         const float inv = 1.0f / exp_shifted(sr, n, mx);
         for (int64_t p = 0; p < n; ++p) sr[p] *= inv;
-        std::fill(row_out(r), row_out(r) + hd, 0.0f);
       }
-      for (int64_t p0 = 0; p0 < n_max; p0 += bs) {
-        const int64_t m = std::min(bs, n_max - p0);
-        const half* vb = cache.block_values(blocks[static_cast<size_t>(p0 / bs)], l) + kvh * hd;
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        const int64_t p0 = b * bs, m = std::min(bs, n_max - p0);
+        const half* vb = cache.block_values(blocks[static_cast<size_t>(b)], l) + kvh * hd;
         for (int64_t j = 0; j < m; ++j) convert_half_to_float(vb + j * kv_dim, kv.data() + j * hd, static_cast<size_t>(hd));
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* sr = scores.data() + r * n_max + p0;
-          float* out = row_out(r);
+        // The rows of one token see the same positions: one call per token.
+        for (int64_t r = 0; r < rows; r += group) {
           const int64_t mr = std::min(m, row_n(r) - p0);
-          for (int64_t j = 0; j < mr; ++j) axpy(sr[j], kv.data() + j * hd, out, hd);
+          if (mr > 0)
+            kernels::attn_values(scores.data() + r * stride + p0, stride, group, mr, kv.data(), hd, outs.data() + r);
         }
       }
     }

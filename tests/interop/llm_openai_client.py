@@ -287,10 +287,25 @@ def check_json_mode(s):
                                   response_format={"type": "json_object"})
     obj = json.loads(r.choices[0].message.content)
     assert isinstance(obj, dict) and r.choices[0].finish_reason == "stop", r
-    text = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
-        model=MODEL, messages=ask, temperature=0.8, seed=3, max_tokens=200, stream=True,
-        response_format={"type": "json_object"}) if ch.choices)
-    assert isinstance(json.loads(text), dict), text
+    # Sampled and streamed: an object that closes ends "stop" and parses; one cut by
+    # max_tokens ends "length" (as OpenAI documents) after exactly max_tokens tokens.
+    closed = 0
+    for seed in (3, 4, 5):
+        text, finish, usage = "", None, None
+        for ch in c.chat.completions.create(model=MODEL, messages=ask, temperature=0.8, seed=seed, max_tokens=200,
+                                            stream=True, stream_options={"include_usage": True},
+                                            response_format={"type": "json_object"}):
+            if ch.choices:
+                text += ch.choices[0].delta.content or ""
+                finish = ch.choices[0].finish_reason or finish
+            if ch.usage:
+                usage = ch.usage
+        if finish == "stop":
+            assert isinstance(json.loads(text), dict), text
+            closed += 1
+        else:
+            assert finish == "length" and usage.completion_tokens == 200, (finish, usage, text)
+    assert closed >= 1, "no sampled object closed within 200 tokens"
     try:
         c.chat.completions.create(model=MODEL, messages=ask, response_format={
             "type": "json_schema", "json_schema": {"name": "cat", "schema": {"type": "object"}}})

@@ -11,6 +11,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/half.h"
 #include "kiln/llm/gguf.h"
+#include "llm/attention_kernels.h"
 #include "llm/quant_kernels.h"
 #include "test_util.h"
 
@@ -247,6 +248,65 @@ TEST(LlmKernels, PackedTilesRangesAndIsaAreBitIdentical) {
   }
   for (CpuIsa level : {CpuIsa::kAvx512Vnni, CpuIsa::kAmx})
     if (level > found) std::printf("%s group kernels not run: kiln runs %s here\n", cpu_isa_name(level), cpu_isa_name(found));
+}
+
+// Attention's block products against double sums, and bit-identical whatever the rows
+// sharing a call and the instruction set. hd 72: four AVX-512 vectors and a half (the
+// lane tail); 32 lanes with 21 positions.
+TEST(LlmKernels, AttentionBlockProductsMatchDoubleSumsAndAreBitIdentical) {
+  constexpr int64_t rows = 11, hd = 72, lanes = 32, m = 21;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> q(rows * hd), kt(hd * lanes, 0.0f), v(m * hd), p(rows * lanes);
+  for (float& x : q) x = dist(rng);
+  for (int64_t d = 0; d < hd; ++d)
+    for (int64_t j = 0; j < m; ++j) kt[d * lanes + j] = dist(rng);
+  for (float& x : v) x = dist(rng);
+  for (float& x : p) x = std::fabs(dist(rng));
+  std::vector<const float*> qr;
+  for (int64_t r = 0; r < rows; ++r) qr.push_back(q.data() + r * hd);
+  auto run = [&](int64_t per_call, std::vector<float>& s, std::vector<float>& out) {
+    s.assign(rows * lanes, -1.0f);
+    out.assign(rows * hd, 0.5f);
+    std::vector<float*> o;
+    for (int64_t r = 0; r < rows; ++r) o.push_back(out.data() + r * hd);
+    for (int64_t r = 0; r < rows; r += per_call) {
+      const int64_t n = std::min(per_call, rows - r);
+      kernels::attn_scores(qr.data() + r, n, kt.data(), lanes, hd, 0.125f, s.data() + r * lanes, lanes);
+      kernels::attn_values(p.data() + r * lanes, lanes, n, m, v.data(), hd, o.data() + r);
+    }
+  };
+  std::vector<float> s, out;
+  run(rows, s, out);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < lanes; ++j) {
+      double ref = 0;
+      for (int64_t d = 0; d < hd; ++d) ref += static_cast<double>(q[r * hd + d]) * kt[d * lanes + j];
+      EXPECT_NEAR(s[r * lanes + j], 0.125 * ref, 1e-5) << r << " " << j;
+    }
+    for (int64_t i = 0; i < hd; ++i) {
+      double ref = 0.5;
+      for (int64_t j = 0; j < m; ++j) ref += static_cast<double>(p[r * lanes + j]) * v[j * hd + i];
+      EXPECT_NEAR(out[r * hd + i], ref, 1e-4) << r << " " << i;
+    }
+  }
+  const CpuIsa found = cpu_isa();
+  for (int64_t per_call : {1, 3}) {
+    std::vector<float> s2, out2;
+    run(per_call, s2, out2);
+    EXPECT_EQ(s2, s) << per_call << " rows a call";
+    EXPECT_EQ(out2, out) << per_call << " rows a call";
+  }
+  if (found >= CpuIsa::kAvx512) {
+    set_cpu_isa_cap(CpuIsa::kAvx2);
+    std::vector<float> s2, out2;
+    run(rows, s2, out2);
+    set_cpu_isa_cap(found);
+    EXPECT_EQ(s2, s) << "AVX2 and AVX-512 scores differ";
+    EXPECT_EQ(out2, out) << "AVX2 and AVX-512 values differ";
+  } else {
+    std::printf("AVX-512 attention path not run: kiln runs %s here\n", cpu_isa_name(found));
+  }
 }
 
 TEST(LlmKernels, PackRejectsWhatItCannotTake) {

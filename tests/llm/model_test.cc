@@ -129,6 +129,27 @@ TEST(LlmModel, BatchedSequencesAreIndependent) {
   }
 }
 
+// Attention reads the cache block by block, padded to 16 lanes: any block size gives the
+// logits of 16-position blocks, bit for bit (8: padded blocks; 24: two lane groups, one
+// half empty; 5: odd).
+TEST(LlmModel, KvBlockSizesGiveIdenticalLogits) {
+  const Model& m = smollm2();
+  std::vector<TokenId> ids = oracle_cases()[1].prompt_ids;
+  while (ids.size() < 40) ids.insert(ids.end(), ids.begin(), ids.end());
+  const int64_t V = m.config().n_vocab;
+  auto logits = [&](int64_t block_tokens) {
+    KvCache cache = m.make_cache({static_cast<int64_t>(ids.size()) + 48, block_tokens});
+    const KvCache::SeqId s = cache.add_sequence();
+    std::vector<BatchToken> batch;
+    for (size_t p = 0; p < ids.size(); ++p) batch.push_back({s, ids[p], static_cast<int64_t>(p), p + 1 == ids.size()});
+    std::vector<float> out(static_cast<size_t>(V));
+    m.forward(batch, cache, out.data());
+    return out;
+  };
+  const std::vector<float> base = logits(16);
+  for (int64_t bs : {8, 24, 5}) EXPECT_EQ(0, std::memcmp(base.data(), logits(bs).data(), V * sizeof(float))) << bs;
+}
+
 // The AVX2, AVX-512 VNNI and AMX integer kernels compute the same integer sums: identical
 // logits (the prompt's 20+ tokens run on AMX's 16-token tiles where the CPU has them).
 TEST(LlmModel, IsaPathsAgree) {
