@@ -36,6 +36,13 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {16, 16, 16, 16, 4, 4, 16, 16};
 };
 
+// A block's activation scalars for a tile's 16 tokens: the halves' scales, the sum of the
+// dequantised values, and the zero-point terms (-zero_point x the halves' integer sums).
+struct alignas(64) Scalars {
+  float d[2][kTileTokens], s[kTileTokens];
+  int32_t zp[2][kTileTokens];
+};
+
 inline __m512 load_scales(const uint8_t* p, bool f16) {
   return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))) : _mm512_loadu_ps(p);
 }
@@ -72,7 +79,7 @@ inline void block_dots(const uint8_t* quants, const uint8_t* xq, size_t x_stride
 // tile pair, into the other buffer) while block b's float steps run on the vector units.
 template <GgmlType T>
 void tile16(const uint8_t* rec, const uint8_t* quants, size_t quant_stride, int64_t nb, const Q8Block* x,
-            float* out, int64_t out_stride) {
+            const Scalars* scalars, float* out, int64_t out_stride) {
   constexpr PackFormat F = pack_format(T);
   alignas(64) int32_t dots[2][2][kTileTokens][16];
   __m512 acc[kTileTokens];
@@ -86,29 +93,28 @@ void tile16(const uint8_t* rec, const uint8_t* quants, size_t quant_stride, int6
       else block_dots<0>(quants + (b + 1) * quant_stride, x_q(b + 1), x_stride, dots[0]);
     }
     const int32_t (*d)[kTileTokens][16] = dots[b % 2];
-    const Q8Block* xb = x + b;
+    const Scalars& sx = scalars[b];
     const uint8_t* sc = rec + F.q_bytes();
     const __m512 d0 = load_scales(sc, F.f16_scales);
     __m512 d1 = d0, mn = d0;
     if constexpr (F.half_scales) d1 = load_scales(sc + kGroupRows * F.scale_bytes(), F.f16_scales);
     if constexpr (F.with_min) mn = load_scales(sc + F.d_bytes(), F.f16_scales);
     for (int t = 0; t < kTileTokens; ++t) {
-      const Q8Block& q = xb[t * nb];
       __m512i i0 = _mm512_load_si512(d[0][t]), i1 = _mm512_load_si512(d[1][t]);
       if constexpr (F.zero_point != 0) {
         // The VNNI kernel starts its sums at -zero_point x isum: the same integers.
-        i0 = _mm512_add_epi32(_mm512_set1_epi32(-F.zero_point * q.isum[0]), i0);
-        i1 = _mm512_add_epi32(_mm512_set1_epi32(-F.zero_point * q.isum[1]), i1);
+        i0 = _mm512_add_epi32(_mm512_set1_epi32(sx.zp[0][t]), i0);
+        i1 = _mm512_add_epi32(_mm512_set1_epi32(sx.zp[1][t]), i1);
       }
       if constexpr (F.half_scales) {
-        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i0), _mm512_set1_ps(q.d[0])), d0, acc[t]);
-        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i1), _mm512_set1_ps(q.d[4])), d1, acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i0), _mm512_set1_ps(sx.d[0][t])), d0, acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i1), _mm512_set1_ps(sx.d[1][t])), d1, acc[t]);
       } else {
-        const __m512 s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), _mm512_set1_ps(q.d[4]),
-                                         _mm512_mul_ps(_mm512_cvtepi32_ps(i0), _mm512_set1_ps(q.d[0])));
+        const __m512 s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), _mm512_set1_ps(sx.d[1][t]),
+                                         _mm512_mul_ps(_mm512_cvtepi32_ps(i0), _mm512_set1_ps(sx.d[0][t])));
         acc[t] = _mm512_fmadd_ps(s, d0, acc[t]);
       }
-      if constexpr (F.with_min) acc[t] = _mm512_fmadd_ps(mn, _mm512_set1_ps(q.s), acc[t]);
+      if constexpr (F.with_min) acc[t] = _mm512_fmadd_ps(mn, _mm512_set1_ps(sx.s[t]), acc[t]);
     }
   }
   for (int t = 0; t < kTileTokens; ++t) _mm512_storeu_ps(out + t * out_stride, acc[t]);
@@ -128,6 +134,18 @@ void groups_amx(const PackedMatrix& w, const Q8Block* xq, int64_t n, float* y, i
   thread_local std::vector<Line> unpacked;  // a group's quant lines, 4-bit types
   if constexpr (F.nibbles) unpacked.resize(static_cast<size_t>(nb) * 8);
   alignas(64) float pad[kTileTokens][kGroupRows];  // the last group's rows past w.rows()
+  // Per token tile and block, the tokens' scalars side by side (the float steps broadcast
+  // them from one base).
+  thread_local std::vector<Scalars> scalars;
+  scalars.resize(static_cast<size_t>(full / kTileTokens * nb));
+  for (int64_t t = 0; t < full; ++t)
+    for (int64_t b = 0; b < nb; ++b) {
+      const Q8Block& q = xq[t * nb + b];
+      Scalars& sx = scalars[static_cast<size_t>(t / kTileTokens * nb + b)];
+      const int64_t i = t % kTileTokens;
+      sx.d[0][i] = q.d[0], sx.d[1][i] = q.d[4], sx.s[i] = q.s;
+      sx.zp[0][i] = -F.zero_point * q.isum[0], sx.zp[1][i] = -F.zero_point * q.isum[1];
+    }
   for (int64_t g = g0; g < g1; ++g) {
     const uint8_t* rec = w.group(g);
     const uint8_t* quants = rec;
@@ -149,7 +167,8 @@ void groups_amx(const PackedMatrix& w, const Q8Block* xq, int64_t n, float* y, i
     const bool partial = r + kGroupRows > w.rows();
     for (int64_t t0 = 0; t0 < full; t0 += kTileTokens) {
       float* out = partial ? pad[0] : y + t0 * y_stride + r;
-      tile16<T>(rec, quants, quant_stride, nb, xq + t0 * nb, out, partial ? kGroupRows : y_stride);
+      tile16<T>(rec, quants, quant_stride, nb, xq + t0 * nb, scalars.data() + t0 / kTileTokens * nb, out,
+                partial ? kGroupRows : y_stride);
       if (partial)
         for (int t = 0; t < kTileTokens; ++t)
           for (int64_t l = 0; l < w.rows() - r; ++l) y[(t0 + t) * y_stride + r + l] = pad[t][l];

@@ -158,6 +158,7 @@ struct Lanes {
   static F set(float v) { return _mm512_set1_ps(v); }
   static F zerof() { return _mm512_setzero_ps(); }
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F add(F a, F b) { return _mm512_add_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   static F load_f32(const uint8_t* p) { return _mm512_loadu_ps(p); }
   static F load_f16(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
@@ -181,6 +182,7 @@ struct Lanes {
   static F set(float v) { return _mm256_set1_ps(v); }
   static F zerof() { return _mm256_setzero_ps(); }
   static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F add(F a, F b) { return _mm256_add_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   static F load_f32(const uint8_t* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
   static F load_f16(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
