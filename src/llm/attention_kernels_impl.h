@@ -3,23 +3,24 @@
 // AVX2; attention_kernels_avx512.cc), each in its own namespace (KILN_LLM_ISA), on the
 // quantised kernels' Lanes (quant_kernels_impl.h, included first).
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 #include "llm/attention_kernels.h"
 
 namespace kiln::llm::kernels::KILN_LLM_ISA {
 
-// Rows in groups of R. Each score sums its head dimensions in four interleaved chains (d
-// mod 4, fused multiply-adds in order of d), joined as (c0 + c1) + (c2 + c3): closer to
-// the exact sum than one chain of hd terms, and four times the independent work.
+// Rows in groups of R; positions in vectors of V::kWidth read from kt (row stride
+// `stride` halves).
 template <int R>
-inline void score_rows(const float* const* q, const float* kt, int64_t lanes, int64_t hd, float scale, float* s,
-                       int64_t s_stride) {
+inline void score_rows(const float* const* q, const half* kt, int64_t stride, int64_t lanes, int64_t hd, float scale,
+                       float* s, int64_t s_stride) {
   using V = Lanes;
   for (int64_t j = 0; j < lanes; j += V::kWidth) {
     typename V::F acc[R][4];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < 4; ++c) acc[r][c] = V::zerof();
-    auto k_at = [&](int64_t d) { return V::load_f32(reinterpret_cast<const uint8_t*>(kt + d * lanes + j)); };
+    auto k_at = [&](int64_t d) { return V::load_f16(reinterpret_cast<const uint8_t*>(kt + d * stride + j)); };
     int64_t d = 0;
     for (; d + 4 <= hd; d += 4)
       for (int c = 0; c < 4; ++c) {
@@ -37,41 +38,73 @@ inline void score_rows(const float* const* q, const float* kt, int64_t lanes, in
   }
 }
 
-inline void scores(const float* const* q, int64_t rows, const float* kt, int64_t lanes, int64_t hd, float scale, float* s,
-                   int64_t s_stride) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) score_rows<4>(q + r, kt, lanes, hd, scale, s + r * s_stride, s_stride);
-  for (; r + 2 <= rows; r += 2) score_rows<2>(q + r, kt, lanes, hd, scale, s + r * s_stride, s_stride);
-  if (r < rows) score_rows<1>(q + r, kt, lanes, hd, scale, s + r * s_stride, s_stride);
-}
-
-// NV vectors of one output row at a time held in registers across the block's positions.
-template <int NV>
-inline void value_row(const float* p, int64_t m, const float* v, int64_t hd, float* out) {
-  using V = Lanes;
-  typename V::F acc[NV];
-  for (int i = 0; i < NV; ++i) acc[i] = V::load_f32(reinterpret_cast<const uint8_t*>(out + i * V::kWidth));
-  for (int64_t j = 0; j < m; ++j) {
-    const typename V::F pj = V::set(p[j]);
-    for (int i = 0; i < NV; ++i)
-      acc[i] = V::fma(pj, V::load_f32(reinterpret_cast<const uint8_t*>(v + j * hd + i * V::kWidth)), acc[i]);
+inline void scores(const float* const* q, int64_t rows, const half* kt, int64_t kt_stride, int64_t m, int64_t hd,
+                   float scale, float* s, int64_t s_stride) {
+  constexpr int64_t W = Lanes::kWidth;
+  const int64_t lanes = (m + W - 1) / W * W;
+  // Vectors that would read past a key row (block sizes that are no multiple of W): from
+  // a zero-padded copy of those positions.
+  const int64_t direct = std::min(lanes, kt_stride / W * W);
+  thread_local std::vector<half> tail;
+  const half* tail_kt = nullptr;
+  if (direct < lanes) {
+    tail.assign(static_cast<size_t>(hd * W), half{});
+    for (int64_t d = 0; d < hd; ++d) std::memcpy(&tail[d * W], kt + d * kt_stride + direct, (kt_stride - direct) * sizeof(half));
+    tail_kt = tail.data();
   }
-  for (int i = 0; i < NV; ++i) V::store(out + i * V::kWidth, acc[i]);
+  auto run = [&]<int R>(int64_t r) {
+    if (direct > 0) score_rows<R>(q + r, kt, kt_stride, direct, hd, scale, s + r * s_stride, s_stride);
+    if (tail_kt) score_rows<R>(q + r, tail_kt, W, W, hd, scale, s + r * s_stride + direct, s_stride);
+  };
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) run.template operator()<4>(r);
+  for (; r + 2 <= rows; r += 2) run.template operator()<2>(r);
+  if (r < rows) run.template operator()<1>(r);
 }
 
-inline void values(const float* p, int64_t p_stride, int64_t rows, int64_t m, const float* v, int64_t hd,
+// R output rows x NV vectors (columns i0 ...) held in registers across the block's
+// positions; each value vector is converted once for the R rows.
+template <int R, int NV>
+inline void value_rows(const float* p, int64_t p_stride, int64_t m, const half* v, int64_t v_stride, float* const* out,
+                       int64_t i0) {
+  using V = Lanes;
+  typename V::F acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < NV; ++i) acc[r][i] = V::load_f32(reinterpret_cast<const uint8_t*>(out[r] + i0 + i * V::kWidth));
+  for (int64_t j = 0; j < m; ++j) {
+    typename V::F vj[NV];
+    for (int i = 0; i < NV; ++i) vj[i] = V::load_f16(reinterpret_cast<const uint8_t*>(v + j * v_stride + i0 + i * V::kWidth));
+    for (int r = 0; r < R; ++r) {
+      const typename V::F pj = V::set(p[r * p_stride + j]);
+      for (int i = 0; i < NV; ++i) acc[r][i] = V::fma(pj, vj[i], acc[r][i]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < NV; ++i) V::store(out[r] + i0 + i * V::kWidth, acc[r][i]);
+}
+
+// Columns in strips of NV vectors, rows in groups of up to 16 / NV accumulators' worth.
+template <int NV>
+inline void value_strip(const float* p, int64_t p_stride, int64_t rows, int64_t m, const half* v, int64_t v_stride,
+                        float* const* out, int64_t i0) {
+  constexpr int R = NV >= 8 ? 2 : 4;
+  int64_t r = 0;
+  for (; r + R <= rows; r += R) value_rows<R, NV>(p + r * p_stride, p_stride, m, v, v_stride, out + r, i0);
+  for (; r < rows; ++r) value_rows<1, NV>(p + r * p_stride, p_stride, m, v, v_stride, out + r, i0);
+}
+
+inline void values(const float* p, int64_t p_stride, int64_t rows, int64_t m, const half* v, int64_t v_stride, int64_t hd,
                    float* const* out) {
   constexpr int W = Lanes::kWidth;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* pr = p + r * p_stride;
-    int64_t i = 0;
-    // Column strips of up to 8 vectors; the tail one lane at a time with the same fused step.
-    for (; i + 8 * W <= hd; i += 8 * W) value_row<8>(pr, m, v + i, hd, out[r] + i);
-    for (; i + 4 * W <= hd; i += 4 * W) value_row<4>(pr, m, v + i, hd, out[r] + i);
-    for (; i + W <= hd; i += W) value_row<1>(pr, m, v + i, hd, out[r] + i);
-    for (; i < hd; ++i)
-      for (int64_t j = 0; j < m; ++j) out[r][i] = __builtin_fmaf(pr[j], v[j * hd + i], out[r][i]);
-  }
+  int64_t i = 0;
+  for (; i + 8 * W <= hd; i += 8 * W) value_strip<8>(p, p_stride, rows, m, v, v_stride, out, i);
+  for (; i + 4 * W <= hd; i += 4 * W) value_strip<4>(p, p_stride, rows, m, v, v_stride, out, i);
+  for (; i + W <= hd; i += W) value_strip<1>(p, p_stride, rows, m, v, v_stride, out, i);
+  // The tail one lane at a time, with the same fused step.
+  for (; i < hd; ++i)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < m; ++j)
+        out[r][i] = __builtin_fmaf(p[r * p_stride + j], static_cast<float>(v[j * v_stride + i]), out[r][i]);
 }
 
 }  // namespace kiln::llm::kernels::KILN_LLM_ISA

@@ -216,9 +216,13 @@ size_t KvCache::offset(int32_t block, int64_t layer, int kv, int64_t slot) const
   return static_cast<size_t>((((block * n_layer_ + layer) * 2 + kv) * block_tokens_ + slot) * kv_dim_);
 }
 
-half* KvCache::key(SeqId seq, int64_t layer, int64_t pos) {
+void KvCache::store_key(SeqId seq, int64_t layer, int64_t pos, const float* k) {
   const Seq& s = seq_ref(seq);
-  return data() + offset(s.blocks[static_cast<size_t>(pos / block_tokens_)], layer, 0, pos % block_tokens_);
+  half* rows = data() + offset(s.blocks[static_cast<size_t>(pos / block_tokens_)], layer, 0, 0) + pos % block_tokens_;
+  thread_local std::vector<half> h;
+  h.resize(static_cast<size_t>(kv_dim_));
+  convert_float_to_half(k, h.data(), h.size());
+  for (int64_t i = 0; i < kv_dim_; ++i) rows[i * block_tokens_] = h[static_cast<size_t>(i)];
 }
 half* KvCache::value(SeqId seq, int64_t layer, int64_t pos) {
   const Seq& s = seq_ref(seq);

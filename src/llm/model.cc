@@ -174,8 +174,9 @@ float exp_shifted(float* x, int64_t n, float mx) {
 // Causal attention of the batch's queries over their sequences' cached keys and values.
 // Work is split into jobs of (up to 8 consecutive tokens of one sequence, one KV head):
 // the job's queries (tokens x the query heads sharing that KV head) read each cached
-// block once, decoded to f32 once. Every query row runs the same operations whatever
-// else is in its job, so results do not depend on the batch.
+// block once, straight from its f16 keys (stored transposed) and values. Every query row
+// runs the same operations whatever else is in its job, so results do not depend on the
+// batch.
 void attention(const ModelConfig& c, std::span<const BatchToken> batch, const float* q, float* att, const KvCache& cache,
                int64_t l) {
   const int64_t T = static_cast<int64_t>(batch.size()), hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.kv_dim();
@@ -211,9 +212,9 @@ void attention(const ModelConfig& c, std::span<const BatchToken> batch, const fl
   const int64_t grain = positions * c.n_head < 2048 ? workers : 1;
   std::atomic<int64_t> next{0};
   constexpr int64_t L = kernels::kAttnLanes;
-  const int64_t lanes = (bs + L - 1) / L * L;  // a block's positions, padded
+  const int64_t lanes = (bs + L - 1) / L * L;  // a block's scores, padded
   parallel_for(workers, grain, [&](int64_t, int64_t) {
-    std::vector<float> scores, kv(static_cast<size_t>(bs * hd)), kt(static_cast<size_t>(hd * lanes));
+    std::vector<float> scores;
     std::vector<const float*> qrows;
     std::vector<float*> outs;
     for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < jobs;) {
@@ -236,15 +237,9 @@ void attention(const ModelConfig& c, std::span<const BatchToken> batch, const fl
       }
       auto row_n = [&](int64_t r) { return batch[tile.t0 + r / group].pos + 1; };
       for (int64_t b = 0; b < n_blocks; ++b) {
-        const int64_t m = std::min(bs, n_max - b * bs);
-        const half* kb = cache.block_keys(blocks[static_cast<size_t>(b)], l) + kvh * hd;
-        for (int64_t j = 0; j < m; ++j) convert_half_to_float(kb + j * kv_dim, kv.data() + j * hd, static_cast<size_t>(hd));
-        for (int64_t d = 0; d < hd; ++d) {
-          float* row = kt.data() + d * lanes;
-          for (int64_t j = 0; j < m; ++j) row[j] = kv[static_cast<size_t>(j * hd + d)];
-          std::fill(row + m, row + lanes, 0.0f);
-        }
-        kernels::attn_scores(qrows.data(), rows, kt.data(), lanes, hd, scale, scores.data() + b * lanes, stride);
+        const half* kt = cache.block_keys(blocks[static_cast<size_t>(b)], l) + kvh * hd * bs;
+        kernels::attn_scores(qrows.data(), rows, kt, bs, std::min(bs, n_max - b * bs), hd, scale,
+                             scores.data() + b * lanes, stride);
       }
       for (int64_t r = 0; r < rows; ++r) {
         // The row's scores packed to consecutive positions (blocks of bs < lanes leave gaps).
@@ -259,12 +254,11 @@ void attention(const ModelConfig& c, std::span<const BatchToken> batch, const fl
       for (int64_t b = 0; b < n_blocks; ++b) {
         const int64_t p0 = b * bs, m = std::min(bs, n_max - p0);
         const half* vb = cache.block_values(blocks[static_cast<size_t>(b)], l) + kvh * hd;
-        for (int64_t j = 0; j < m; ++j) convert_half_to_float(vb + j * kv_dim, kv.data() + j * hd, static_cast<size_t>(hd));
         // The rows of one token see the same positions: one call per token.
         for (int64_t r = 0; r < rows; r += group) {
           const int64_t mr = std::min(m, row_n(r) - p0);
           if (mr > 0)
-            kernels::attn_values(scores.data() + r * stride + p0, stride, group, mr, kv.data(), hd, outs.data() + r);
+            kernels::attn_values(scores.data() + r * stride + p0, stride, group, mr, vb, kv_dim, hd, outs.data() + r);
         }
       }
     }
@@ -423,7 +417,7 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
       const float* sn = rope_sin.data() + t * half_rot;
       for (int64_t hh = 0; hh < c.n_head; ++hh) rope(qt + hh * hd, cs, sn, c);
       for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(kt + hh * hd, cs, sn, c);
-      convert_float_to_half(kt, cache.key(batch[t].seq, l, batch[t].pos), static_cast<size_t>(kv_dim));
+      cache.store_key(batch[t].seq, l, batch[t].pos, kt);
       convert_float_to_half(vt, cache.value(batch[t].seq, l, batch[t].pos), static_cast<size_t>(kv_dim));
     });
     attention(c, batch, q.data(), att.data(), cache, l);

@@ -70,11 +70,14 @@ class KvCache {
   int64_t used_blocks() const { return n_blocks_ - free_blocks(); }
   size_t bytes() const { return static_cast<size_t>(pool_.nbytes()); }
 
-  // Keys / values of `layer` at position `pos` of `seq` (kv_dim halves, writable).
-  half* key(SeqId seq, int64_t layer, int64_t pos);
+  // Stores the key of `layer` at position `pos` of `seq` (kv_dim floats, rounded to f16).
+  void store_key(SeqId seq, int64_t layer, int64_t pos, const float* k);
+  // The value of `layer` at position `pos` of `seq` (kv_dim halves, writable).
   half* value(SeqId seq, int64_t layer, int64_t pos);
   // The block table of a sequence and the storage of one block (attention walks them):
-  // block b holds, per layer, block_tokens keys then block_tokens values of kv_dim.
+  // block b holds, per layer, its keys transposed (kv_dim rows of block_tokens halves:
+  // dimension i of slot s at i * block_tokens + s, so that a head's keys are the rows of
+  // a matrix whose columns are positions) then block_tokens values of kv_dim.
   const std::vector<int32_t>& blocks(SeqId seq) const;
   const half* block_keys(int32_t block, int64_t layer) const;
   const half* block_values(int32_t block, int64_t layer) const;
