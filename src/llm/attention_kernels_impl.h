@@ -58,8 +58,9 @@ inline void scores(const float* const* q, int64_t rows, const half* kt, int64_t 
   };
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) run.template operator()<4>(r);
-  for (; r + 2 <= rows; r += 2) run.template operator()<2>(r);
-  if (r < rows) run.template operator()<1>(r);
+  if (rows - r == 3) run.template operator()<3>(r), r += 3;
+  if (rows - r >= 2) run.template operator()<2>(r), r += 2;
+  if (rows - r == 1) run.template operator()<1>(r);
 }
 
 // R output rows x NV vectors (columns i0 ...) held in registers across the block's
@@ -88,9 +89,14 @@ template <int NV>
 inline void value_strip(const float* p, int64_t p_stride, int64_t rows, int64_t m, const half* v, int64_t v_stride,
                         float* const* out, int64_t i0) {
   constexpr int R = NV >= 8 ? 2 : 4;
+  auto run = [&]<int N>(int64_t r) { value_rows<N, NV>(p + r * p_stride, p_stride, m, v, v_stride, out + r, i0); };
   int64_t r = 0;
-  for (; r + R <= rows; r += R) value_rows<R, NV>(p + r * p_stride, p_stride, m, v, v_stride, out + r, i0);
-  for (; r < rows; ++r) value_rows<1, NV>(p + r * p_stride, p_stride, m, v, v_stride, out + r, i0);
+  for (; r + R <= rows; r += R) run.template operator()<R>(r);
+  if constexpr (R > 3) {
+    if (rows - r == 3) run.template operator()<3>(r), r += 3;  // a token's heads under 3:1 grouped-query attention
+  }
+  if (rows - r >= 2) run.template operator()<2>(r), r += 2;
+  if (rows - r == 1) run.template operator()<1>(r);
 }
 
 inline void values(const float* p, int64_t p_stride, int64_t rows, int64_t m, const half* v, int64_t v_stride, int64_t hd,
