@@ -119,6 +119,18 @@ void ReplicaContext::barrier() { collective_->barrier(); }
 // ---- Strategy -----------------------------------------------------------------------
 
 namespace {
+// A mismatch every worker found in the same gathered values: all throw it, after a
+// barrier, so that every worker has its gather before any leaves (one that threw at once
+// could close the connections under a slower worker's gather, which would then report a
+// lost worker instead). The barrier's own failure changes nothing here.
+[[noreturn]] void fail_together(WorkerGroup& workers, const std::string& message) {
+  try {
+    workers.barrier();
+  } catch (const Error&) {
+  }
+  throw InvalidArgumentError(message);
+}
+
 // GPU replicas sum through their devices' collectives (NCCL), across the workers too:
 // one group of every GPU replica of the job; CPU replicas in host memory.
 std::unique_ptr<DeviceGroup> device_group(const std::vector<Device>& devices, WorkerGroup* workers) {
@@ -130,9 +142,9 @@ std::unique_ptr<DeviceGroup> device_group(const std::vector<Device>& devices, Wo
     const std::vector<std::string> all = workers->all_gather(mine);
     for (size_t w = 0; w < all.size(); ++w)
       if (all[w] != all[0])
-        throw InvalidArgumentError(detail::str_cat("MultiWorkerMirroredStrategy: worker ", w, " has ", all[w],
-                                                   " replicas, worker 0 has ", all[0], " (every worker needs as many, "
-                                                   "on devices of one type)"));
+        fail_together(*workers, detail::str_cat("MultiWorkerMirroredStrategy: worker ", w, " has ", all[w],
+                                                " replicas, worker 0 has ", all[0], " (every worker needs as many, "
+                                                "on devices of one type)"));
   }
   if (devices.at(0).type == DeviceType::kCPU) return nullptr;
   DeviceGroupSpan span;
@@ -186,9 +198,8 @@ void Strategy::check_same_on_workers(const std::string& what, const std::string&
   const std::vector<std::string> all = workers_->all_gather(value);
   for (size_t w = 1; w < all.size(); ++w)
     if (all[w] != all[0])
-      throw InvalidArgumentError(detail::str_cat("multi-worker: worker ", w, "'s ", what, " differs from the chief's: ",
-                                                 all[w], " vs ", all[0], " (every worker must run the same "
-                                                 "configuration)"));
+      fail_together(*workers_, detail::str_cat("multi-worker: worker ", w, "'s ", what, " differs from the chief's: ",
+                                               all[w], " vs ", all[0], " (every worker must run the same configuration)"));
 }
 
 Tensor Strategy::reduce(ReduceOp op, const std::vector<Tensor>& per_replica) const {
