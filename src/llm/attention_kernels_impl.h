@@ -1,10 +1,9 @@
 #pragma once
 // attention_kernels.h's bodies, compiled once per instruction set (attention_kernels.cc:
 // AVX2; attention_kernels_avx512.cc), each in its own namespace (KILN_LLM_ISA), on the
-// quantised kernels' Lanes (quant_kernels_impl.h, included first).
-#include <algorithm>
-#include <cstring>
-#include <vector>
+// quantised kernels' Lanes (quant_kernels_impl.h, included first). No standard-library
+// templates here: their instantiations are shared by name across translation units, and
+// the linker could keep an AVX-512 copy for AVX2 CPUs.
 
 #include "llm/attention_kernels.h"
 
@@ -38,29 +37,14 @@ inline void score_rows(const float* const* q, const half* kt, int64_t stride, in
   }
 }
 
-inline void scores(const float* const* q, int64_t rows, const half* kt, int64_t kt_stride, int64_t m, int64_t hd,
+// Rows [0, rows) against `lanes` positions (a multiple of 16, every read inside kt's rows).
+inline void scores(const float* const* q, int64_t rows, const half* kt, int64_t stride, int64_t lanes, int64_t hd,
                    float scale, float* s, int64_t s_stride) {
-  constexpr int64_t W = Lanes::kWidth;
-  const int64_t lanes = (m + W - 1) / W * W;
-  // Vectors that would read past a key row (block sizes that are no multiple of W): from
-  // a zero-padded copy of those positions.
-  const int64_t direct = std::min(lanes, kt_stride / W * W);
-  thread_local std::vector<half> tail;
-  const half* tail_kt = nullptr;
-  if (direct < lanes) {
-    tail.assign(static_cast<size_t>(hd * W), half{});
-    for (int64_t d = 0; d < hd; ++d) std::memcpy(&tail[d * W], kt + d * kt_stride + direct, (kt_stride - direct) * sizeof(half));
-    tail_kt = tail.data();
-  }
-  auto run = [&]<int R>(int64_t r) {
-    if (direct > 0) score_rows<R>(q + r, kt, kt_stride, direct, hd, scale, s + r * s_stride, s_stride);
-    if (tail_kt) score_rows<R>(q + r, tail_kt, W, W, hd, scale, s + r * s_stride + direct, s_stride);
-  };
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) run.template operator()<4>(r);
-  if (rows - r == 3) run.template operator()<3>(r), r += 3;
-  if (rows - r >= 2) run.template operator()<2>(r), r += 2;
-  if (rows - r == 1) run.template operator()<1>(r);
+  for (; r + 4 <= rows; r += 4) score_rows<4>(q + r, kt, stride, lanes, hd, scale, s + r * s_stride, s_stride);
+  if (rows - r == 3) score_rows<3>(q + r, kt, stride, lanes, hd, scale, s + r * s_stride, s_stride), r += 3;
+  if (rows - r >= 2) score_rows<2>(q + r, kt, stride, lanes, hd, scale, s + r * s_stride, s_stride), r += 2;
+  if (rows - r == 1) score_rows<1>(q + r, kt, stride, lanes, hd, scale, s + r * s_stride, s_stride);
 }
 
 // R output rows x NV vectors (columns i0 ...) held in registers across the block's
