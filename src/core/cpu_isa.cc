@@ -33,6 +33,8 @@ CpuIsa parse_cpu_isa(std::string_view name) {
 
 namespace {
 
+std::atomic<int> g_cap{-1};  // -1: not read from the flags yet
+
 // AMX-TILE, AMX-INT8 and AMX-BF16 (CPUID leaf 7 EDX bits 24, 25, 22), the OS saving the
 // tile state (XCR0 bits 17 and 18), and Linux granting it to this process.
 bool amx_usable() {
@@ -63,10 +65,6 @@ CpuIsa detected_cpu_isa() {
   }();
   return isa;
 }
-
-namespace {
-std::atomic<int> g_cap{-1};  // -1: not read from the flags yet
-}  // namespace
 
 CpuIsa cpu_isa() {
   int cap = g_cap.load(std::memory_order_acquire);
