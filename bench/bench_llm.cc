@@ -4,8 +4,9 @@
 // engine's case: N sequences decoding together, aggregate tokens/s); the memory-
 // bandwidth floor of one decode step. bench/llm_compare.sh runs llama-bench beside it.
 //   bench_llm MODEL [--threads 1,2] [--reps 3] [--batch 1,2,4,8,16,32] [--repack 1|0]
-//             [--kernels N]
-// (--repack 0: the row kernels over the file's blocks, for comparison; --kernels N: only
+//             [--kernels N] [--device cuda:0 --dtype bf16]
+// (--device: the tensor path, kiln's ops on that device, weights of --dtype; the floor is
+// then the host's memory bandwidth, meaningless for a GPU; --repack 0: the row kernels over the file's blocks, for comparison; --kernels N: only
 // the group kernels on layer 0's matrices with N tokens, one thread, per ISA level).
 #include <algorithm>
 #include <chrono>
@@ -141,7 +142,7 @@ void kernel_rates(const Model& m, int tokens, int reps) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_llm MODEL [--threads 1,2] [--reps 3] [--batch 1,2,4,8,16,32] [--repack 1|0] [--kernels N]\n");
+    std::fprintf(stderr, "usage: bench_llm MODEL [--threads 1,2] [--reps 3] [--batch 1,2,4,8,16,32] [--repack 1|0] [--kernels N] [--device D --dtype T]\n");
     return 2;
   }
   std::vector<int> threads{1, 2}, batches;
@@ -153,6 +154,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--batch")) batches = ints(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--repack")) load_options.repack = std::stoi(argv[i + 1]) != 0;
     else if (!std::strcmp(argv[i], "--kernels")) kernel_tokens = std::stoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--device")) load_options.device = parse_device(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--dtype")) load_options.dtype = dtype_from_name(argv[i + 1]);
   }
   const long rss0 = rss_kib();
   const auto t0 = Clock::now();
@@ -170,9 +173,13 @@ int main(int argc, char** argv) {
     std::printf("load %.0f ms, first token after %.0f ms; RSS %.1f MB after load (+%.1f MB), file %.1f MB\n", load_ms,
                 load_ms + since(t1) * 1e3, rss1 / 1024.0, (rss1 - rss0) / 1024.0, model->file().file_size() / 1e6);
   }
-  std::printf("kernels: %s, %s (CPU: %s)\n", kernels::kernel_isa(), load_options.repack ? "packed groups" : "rows",
-              cpu_isa_name(detected_cpu_isa()));
-  if (kernel_tokens > 0) {
+  if (model->tensor_path())
+    std::printf("tensor path on %s, weights %s (%.1f MB)\n", model->device().str().c_str(), std::string(dtype_name(load_options.dtype)).c_str(),
+                model->weight_bytes() / 1e6);
+  else
+    std::printf("kernels: %s, %s (CPU: %s)\n", kernels::kernel_isa(), load_options.repack ? "packed groups" : "rows",
+                cpu_isa_name(detected_cpu_isa()));
+  if (kernel_tokens > 0 && !model->tensor_path()) {
     kernel_rates(*model, kernel_tokens, reps);
     return 0;
   }

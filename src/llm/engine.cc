@@ -43,7 +43,7 @@ int64_t pool_tokens(const Model& model, const EngineOptions& o) {
 Engine::Engine(std::shared_ptr<const Model> model, EngineOptions options)
     : model_(std::move(model)),
       opts_(std::move(options)),
-      cache_(model_->config(), KvCacheOptions{std::max<int64_t>(1, pool_tokens(*model_, opts_)), 16}) {
+      cache_(model_->make_cache(KvCacheOptions{std::max<int64_t>(1, pool_tokens(*model_, opts_)), 16})) {
   const int64_t pool = cache_.total_blocks() * cache_.block_tokens();
   const int64_t trained = model_->config().n_ctx_train > 0 ? model_->config().n_ctx_train : 4096;
   context_ = opts_.context_length > 0 ? std::min(opts_.context_length, trained) : trained;

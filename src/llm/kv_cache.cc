@@ -12,14 +12,18 @@ namespace kiln::llm {
 using detail::str_cat;
 
 KvCache::KvCache(const ModelConfig& config, const KvCacheOptions& options)
-    : n_layer_(config.n_layer), kv_dim_(config.kv_dim()), block_tokens_(options.block_tokens) {
+    : n_layer_(config.n_layer), kv_dim_(config.kv_dim()), block_tokens_(options.block_tokens), layout_(options.layout) {
   if (block_tokens_ < 1 || options.max_tokens < 1)
     throw InvalidArgumentError(str_cat("KV cache: block_tokens (", block_tokens_, ") and max_tokens (", options.max_tokens,
                                        ") must be >= 1"));
   n_blocks_ = (options.max_tokens + block_tokens_ - 1) / block_tokens_;
   const int64_t n = n_blocks_ * n_layer_ * 2 * block_tokens_ * kv_dim_;
   try {
-    pool_ = Tensor::empty({n}, DType::kF16, Device::cpu());
+    // The tensor path's attention reads whole blocks and masks the positions past a
+    // sequence's end: they must hold finite values (0 x NaN would be NaN), so its pool
+    // starts zeroed (afterwards it only ever holds keys and values).
+    pool_ = layout_ == KvLayout::kRows ? Tensor::zeros({n}, DType::kF16, options.device)
+                                       : Tensor::empty({n}, DType::kF16, options.device);
   } catch (const ResourceExhaustedError& e) {
     throw ResourceExhaustedError(str_cat("KV cache of ", n_blocks_ * block_tokens_, " positions (",
                                          config::format_bytes(n * static_cast<int64_t>(sizeof(half))),
@@ -124,10 +128,11 @@ void KvCache::truncate(SeqId seq, int64_t n) {
       if (free_blocks() == 0)
         throw ResourceExhaustedError("KV cache full: no free block to copy a shared block into");
       const int32_t copy = take_block();
+      Backend& backend = backend_for(pool_.device());
       for (int64_t l = 0; l < n_layer_; ++l)
         for (int kv = 0; kv < 2; ++kv)
-          std::memcpy(data() + offset(copy, l, kv, 0), data() + offset(last, l, kv, 0),
-                      static_cast<size_t>(block_tokens_ * kv_dim_) * sizeof(half));
+          backend.copy_on_device(data() + offset(copy, l, kv, 0), data() + offset(last, l, kv, 0),
+                                 static_cast<size_t>(block_tokens_ * kv_dim_) * sizeof(half), pool_.device().index);
       release_block(last);
       last = copy;
     } else {
@@ -213,10 +218,18 @@ void KvCache::publish(SeqId seq, std::span<const TokenId> tokens) {
 const std::vector<int32_t>& KvCache::blocks(SeqId seq) const { return seq_ref(seq).blocks; }
 
 size_t KvCache::offset(int32_t block, int64_t layer, int kv, int64_t slot) const {
+  if (layout_ == KvLayout::kRows)
+    return static_cast<size_t>((((layer * 2 + kv) * n_blocks_ + block) * block_tokens_ + slot) * kv_dim_);
   return static_cast<size_t>((((block * n_layer_ + layer) * 2 + kv) * block_tokens_ + slot) * kv_dim_);
 }
 
+void KvCache::expect_layout(KvLayout layout, const char* what) const {
+  if (layout_ != layout || (layout == KvLayout::kTransposedKeys && pool_.device() != Device::cpu()))
+    throw InternalError(str_cat("KV cache: ", what, " does not apply to a cache in this layout on ", pool_.device().str()));
+}
+
 void KvCache::store_key(SeqId seq, int64_t layer, int64_t pos, const float* k) {
+  expect_layout(KvLayout::kTransposedKeys, "store_key");
   const Seq& s = seq_ref(seq);
   half* rows = data() + offset(s.blocks[static_cast<size_t>(pos / block_tokens_)], layer, 0, 0) + pos % block_tokens_;
   thread_local std::vector<half> h;
@@ -225,10 +238,21 @@ void KvCache::store_key(SeqId seq, int64_t layer, int64_t pos, const float* k) {
   for (int64_t i = 0; i < kv_dim_; ++i) rows[i * block_tokens_] = h[static_cast<size_t>(i)];
 }
 half* KvCache::value(SeqId seq, int64_t layer, int64_t pos) {
+  expect_layout(KvLayout::kTransposedKeys, "value");
   const Seq& s = seq_ref(seq);
   return data() + offset(s.blocks[static_cast<size_t>(pos / block_tokens_)], layer, 1, pos % block_tokens_);
 }
 const half* KvCache::block_keys(int32_t block, int64_t layer) const { return data() + offset(block, layer, 0, 0); }
 const half* KvCache::block_values(int32_t block, int64_t layer) const { return data() + offset(block, layer, 1, 0); }
+
+Tensor KvCache::layer_rows(int64_t layer, int kv) const {
+  expect_layout(KvLayout::kRows, "layer_rows");
+  return Tensor(pool_.storage(), offset(0, layer, kv, 0) * sizeof(half), Shape{n_blocks_, block_tokens_, kv_dim_}, DType::kF16);
+}
+
+void* KvCache::row_address(int32_t block, int64_t layer, int kv, int64_t slot) const {
+  expect_layout(KvLayout::kRows, "row_address");
+  return data() + offset(block, layer, kv, slot);
+}
 
 }  // namespace kiln::llm

@@ -19,6 +19,8 @@
 #include "backends/cpu/vecmath.h"  // libmvec declarations: vector expf in omp simd loops
 #include "llm/attention_kernels.h"
 #include "llm/quant_kernels.h"
+#include "llm/rope.h"
+#include "llm/tensor_forward.h"
 
 namespace kiln::llm {
 
@@ -134,19 +136,6 @@ void release_pages(const uint8_t* p, size_t n) {
   const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
   const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
   if (b < e) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
-}
-
-// Rotary embedding angles of one position, as ggml's rope computes them (theta built by
-// repeated multiplication, like ggml's cache): cos and sin of n_rot / 2 angles.
-void rope_angles(int64_t pos, const ModelConfig& c, float* cs, float* sn) {
-  const float theta_scale = std::pow(c.rope_base, -2.0f / static_cast<float>(c.n_rot));
-  float theta = static_cast<float>(pos);
-  for (int64_t i = 0; i < c.n_rot / 2; ++i) {
-    const float angle = theta * c.rope_freq_scale;
-    cs[i] = std::cos(angle);
-    sn[i] = std::sin(angle);
-    theta *= theta_scale;
-  }
 }
 
 // Rotates one head vector in place (normal: adjacent pairs; neox: halves).
@@ -328,7 +317,11 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
     }
     w->layers.push_back(std::move(L));
   }
-  if (options.repack) {
+  if (options.device) {
+    // The tensor path reads its own copy of the weights; the file's pages are given back.
+    m->tensor_ = load_tensor_weights(f, c, *options.device, options.dtype);
+    for (const GgufTensor& t : f.tensors()) release_pages(t.data, t.nbytes);
+  } else if (options.repack) {
     // The file's pages of a packed matrix are released; a tied head's embedding rows are
     // read again (page by page) only for the tokens looked up.
     auto pack = [&](QMatrix& q) {
@@ -345,7 +338,16 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
   return m;
 }
 
+Device Model::device() const { return tensor_ ? tensor_->device : Device::cpu(); }
+
+KvCache Model::make_cache(KvCacheOptions options) const {
+  options.layout = tensor_ ? KvLayout::kRows : KvLayout::kTransposedKeys;
+  options.device = device();
+  return KvCache(config_, options);
+}
+
 size_t Model::weight_bytes() const {
+  if (tensor_) return tensor_->bytes();
   auto bytes = [](const QMatrix& q) { return q.packed ? q.packed->bytes() : static_cast<size_t>(q.rows) * q.row_bytes; };
   size_t n = bytes(weights_->output);
   for (const auto& L : weights_->layers)
@@ -358,6 +360,10 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
   const Weights& W = *weights_;
   const int64_t T = static_cast<int64_t>(batch.size());
   if (T == 0) return;
+  const KvLayout layout = tensor_ ? KvLayout::kRows : KvLayout::kTransposedKeys;
+  if (cache.layout() != layout || cache.device() != device())
+    throw InvalidArgumentError(str_cat("the KV cache on ", cache.device().str(), " was not made for this model (on ", device().str(),
+                                       "): make it with Model::make_cache"));
   // Check the batch and reserve cache space before changing anything.
   std::map<KvCache::SeqId, std::pair<int64_t, int64_t>> span;  // seq -> (first pos, next pos)
   for (const BatchToken& b : batch) {
@@ -386,6 +392,7 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
     throw ResourceExhaustedError(str_cat("KV cache full: the batch needs ", need, " more blocks, ", cache.free_blocks(), " of ",
                                          cache.total_blocks(), " are free"));
   for (const auto& [seq, range] : span) cache.grow(seq, range.second);
+  if (tensor_) return tensor_forward(c, *tensor_, batch, cache, logits);
 
   const int64_t d = c.n_embd, hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.kv_dim();
   std::vector<float> x(static_cast<size_t>(T * d)), h(static_cast<size_t>(T * d));

@@ -28,27 +28,45 @@ namespace kiln::serving {
 using detail::str_cat;
 using Clock = std::chrono::steady_clock;
 
-LlmModelSpec parse_llm_model_flag(const std::string& flag, const llm::EngineOptions& engine) {
+namespace {
+
+// Where a model runs: `device` "" is the CPU kernels; else kiln's ops on it, with weights
+// of `dtype` (f32, f16, bf16). And its KV cache's bytes, against that device's memory.
+void place(LlmModelSpec& s, const std::string& device, const std::string& dtype, const std::string& kv_cache_memory,
+           std::string_view kv_what) {
+  if (!device.empty()) s.device = parse_device(device);
+  s.dtype = dtype_from_name(dtype);
+  if (s.dtype != DType::kF32 && s.dtype != DType::kF16 && s.dtype != DType::kBF16)
+    throw InvalidArgumentError("a language model's weights are f32, f16 or bf16, not " + dtype);
+  s.engine.kv_cache_bytes = llm_kv_cache_bytes(kv_cache_memory, kv_what, s.device.value_or(Device::cpu()));
+}
+
+}  // namespace
+
+LlmModelSpec parse_llm_model_flag(const std::string& flag, const LlmDefaults& defaults) {
   const size_t eq = flag.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == flag.size())
     throw InvalidArgumentError("--llm_model takes NAME=PATH (a GGUF file), got '" + flag + "'");
   LlmModelSpec s;
   s.name = flag.substr(0, eq);
   s.path = flag.substr(eq + 1);
-  s.engine = engine;
+  s.engine = defaults.engine;
+  place(s, defaults.device, defaults.dtype, defaults.kv_cache_memory, "--llm_kv_cache_memory");
   return s;
 }
 
-int64_t llm_kv_cache_bytes(const std::string& text, std::string_view what) {
+int64_t llm_kv_cache_bytes(const std::string& text, std::string_view what, Device device) {
   const config::MemoryAmount m = config::parse_memory_amount(text, what);
   if (m.fraction == 0 && m.bytes <= 0) throw InvalidArgumentError(std::string(what) + ": the KV cache needs a positive size");
-  int64_t device = config::memory_stats(Device::cpu()).bytes_limit;
-  if (device <= 0) device = config::list_physical_devices(DeviceType::kCPU).at(0).properties.memory_bytes;
-  return m.resolve(device);
+  if (m.fraction == 0) return m.resolve(0);
+  backend_for(device);  // NotFoundError for a device this process does not have
+  int64_t memory = config::memory_stats(device).bytes_limit;
+  if (memory <= 0) memory = config::list_physical_devices(device.type).at(static_cast<size_t>(device.index)).properties.memory_bytes;
+  return m.resolve(memory);
 }
 
 std::vector<LlmModelSpec> llm_models_from_config(const tensorflow::serving::ModelServerConfig& config,
-                                                 const llm::EngineOptions& engine) {
+                                                 const LlmDefaults& defaults) {
   std::vector<LlmModelSpec> out;
   for (const auto& c : config.model_config_list().llm()) {
     const std::string what = "model config: llm '" + c.name() + "': ";
@@ -58,14 +76,14 @@ std::vector<LlmModelSpec> llm_models_from_config(const tensorflow::serving::Mode
     LlmModelSpec s;
     s.name = c.name();
     s.path = c.path();
-    s.engine = engine;
+    s.engine = defaults.engine;
     if (c.context_size()) s.engine.context_length = c.context_size();
-    if (!c.kv_cache_memory().empty()) {
-      try {
-        s.engine.kv_cache_bytes = llm_kv_cache_bytes(c.kv_cache_memory(), "kv_cache_memory");
-      } catch (const InvalidArgumentError& e) {
-        throw InvalidArgumentError(what + e.message());
-      }
+    try {
+      place(s, c.device().empty() ? defaults.device : c.device(), c.dtype().empty() ? defaults.dtype : c.dtype(),
+            c.kv_cache_memory().empty() ? defaults.kv_cache_memory : c.kv_cache_memory(),
+            c.kv_cache_memory().empty() ? "--llm_kv_cache_memory" : "kv_cache_memory");
+    } catch (const Error& e) {
+      throw_error(e.code(), what + e.message());
     }
     if (c.max_running()) s.engine.max_running = c.max_running();
     if (c.step_tokens()) s.engine.step_tokens = c.step_tokens();
@@ -450,7 +468,7 @@ namespace {
 std::string spec_key(const LlmModelSpec& s) {
   const llm::EngineOptions& e = s.engine;
   auto opt = [](const auto& o) { return o ? std::to_string(*o) : std::string("-"); };
-  return str_cat(s.path, "|", e.kv_cache_tokens, "|", e.kv_cache_bytes, "|", e.context_length, "|", e.max_running, "|",
+  return str_cat(s.path, "|", s.device ? s.device->str() : "kernels", "|", dtype_name(s.dtype), "|", e.kv_cache_tokens, "|", e.kv_cache_bytes, "|", e.context_length, "|", e.max_running, "|",
                  e.step_tokens, "|", e.max_waiting, "|", e.prefix_caching, "|", opt(s.temperature), "|", opt(s.top_p), "|",
                  opt(s.min_p), "|", opt(s.top_k), "|", opt(s.max_tokens));
 }
@@ -462,7 +480,10 @@ std::shared_ptr<LlmService::Entry> LlmService::load(const LlmModelSpec& spec) co
   e->spec = spec;
   e->name = spec.name;
   try {
-    e->model = llm::Model::load(spec.path);
+    llm::ModelLoadOptions o;
+    o.device = spec.device;
+    o.dtype = spec.dtype;
+    e->model = llm::Model::load(spec.path, o);
   } catch (const Error& err) {
     throw_error(err.code(), "language model '" + spec.name + "' (" + spec.path + "): " + err.message());
   }

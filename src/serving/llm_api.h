@@ -25,6 +25,10 @@ namespace kiln::serving {
 struct LlmModelSpec {
   std::string name;
   std::string path;  // a GGUF file
+  // Where it runs: unset, the CPU kernels; else kiln's ops on this device (the tensor
+  // path) with weights of `dtype`.
+  std::optional<Device> device;
+  DType dtype = DType::kBF16;
   llm::EngineOptions engine;
   // Sampling defaults for requests that leave the field out (the model config file's).
   std::optional<float> temperature, top_p, min_p;
@@ -32,17 +36,26 @@ struct LlmModelSpec {
   std::optional<int64_t> max_tokens;
 };
 
-// "NAME=PATH" (--llm_model) with the flags' engine options; InvalidArgumentError otherwise.
-LlmModelSpec parse_llm_model_flag(const std::string& flag, const llm::EngineOptions& engine);
+// The flags' defaults for every language model: engine options, --llm_device, --llm_dtype.
+struct LlmDefaults {
+  llm::EngineOptions engine;
+  std::string kv_cache_memory = "512MiB";  // resolved per model, against its device's memory
+  std::string device, dtype = "bf16";      // "": the CPU kernels
+};
+
+// "NAME=PATH" (--llm_model) with the flags' options; InvalidArgumentError otherwise.
+LlmModelSpec parse_llm_model_flag(const std::string& flag, const LlmDefaults& defaults);
 // The `llm` entries of a model config file (kiln's extension of ModelConfigList); unset
-// fields take `engine` (the flags). InvalidArgumentError naming the entry.
+// fields take the flags'. InvalidArgumentError naming the entry.
 std::vector<LlmModelSpec> llm_models_from_config(const tensorflow::serving::ModelServerConfig& config,
-                                                 const llm::EngineOptions& engine);
+                                                 const LlmDefaults& defaults);
 // --llm_kv_cache_memory (or an entry's kv_cache_memory, named by `what`): bytes in binary
 // units as --memory-limit takes them ("268435456", "256MiB", "2G") or a fraction of the
-// CPU device's memory ("0.25", "25%": of its memory limit when one is set, else of the
-// machine's); the pool is taken from that device's allocator. InvalidArgumentError otherwise.
-int64_t llm_kv_cache_bytes(const std::string& text, std::string_view what = "--llm_kv_cache_memory");
+// memory of the device the model runs on ("0.25", "25%": of its memory limit when one is
+// set, else of the device's); the pool is taken from that device's allocator.
+// InvalidArgumentError otherwise.
+int64_t llm_kv_cache_bytes(const std::string& text, std::string_view what = "--llm_kv_cache_memory",
+                           Device device = Device::cpu());
 
 class LlmService {
  public:

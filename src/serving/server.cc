@@ -35,7 +35,7 @@ struct Server::Impl {
   std::unique_ptr<ModelManager> manager;
   std::unique_ptr<Service> service;
   std::unique_ptr<LlmService> llm;  // before http in destruction: its events write to streams
-  llm::EngineOptions llm_defaults;  // the --llm_* flags
+  LlmDefaults llm_defaults;  // the --llm_* flags
 
   // The language models to serve: --llm_model's, then the config's `llm` entries.
   std::vector<LlmModelSpec> llm_specs(const tensorflow::serving::ModelServerConfig& config) const {
@@ -164,8 +164,11 @@ void Server::start() {
   im.manager->set_config(im.initial_models());
   im.service = std::make_unique<Service>(*im.manager, im.metrics);
   {
-    llm::EngineOptions& eo = im.llm_defaults;
-    eo.kv_cache_bytes = llm_kv_cache_bytes(im.opts.llm_kv_cache_memory);
+    llm_kv_cache_bytes(im.opts.llm_kv_cache_memory);  // its form, at start (each model's size is of its device's memory)
+    im.llm_defaults.kv_cache_memory = im.opts.llm_kv_cache_memory;
+    im.llm_defaults.device = im.opts.llm_device;
+    im.llm_defaults.dtype = im.opts.llm_dtype;
+    llm::EngineOptions& eo = im.llm_defaults.engine;
     eo.context_length = im.opts.llm_context_size;
     eo.max_running = im.opts.llm_max_running;
     eo.step_tokens = im.opts.llm_step_tokens;
@@ -355,8 +358,14 @@ int serve_main(int argc, char** argv) {
   app.add_option("--llm_context_size", o.llm_context_size, "Positions per sequence (0: the model's training context)")
       ->capture_default_str();
   app.add_option("--llm_kv_cache_memory", o.llm_kv_cache_memory,
-                 "KV cache pool per language model, from the CPU device's allocator: bytes (512MiB, 2G; binary units) "
-                 "or a fraction of the device's memory (0.25, 25%: of --memory-limit's when given, else of the machine's)")
+                 "KV cache pool per language model, from its device's allocator: bytes (512MiB, 2G; binary units) "
+                 "or a fraction of the device's memory (0.25, 25%: of its --memory-limit when given, else all of it)")
+      ->capture_default_str();
+  app.add_option("--llm_device", o.llm_device,
+                 "Run the language models on this device with kiln's ops, e.g. cuda:0 (default: the CPU's kernels on "
+                 "the quantised weights)");
+  app.add_option("--llm_dtype", o.llm_dtype, "Weights of language models on --llm_device: bf16, f16 or f32")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
       ->capture_default_str();
   app.add_option("--llm_max_running", o.llm_max_running, "Sequences batched together in one step")->capture_default_str();
   app.add_option("--llm_step_tokens", o.llm_step_tokens,

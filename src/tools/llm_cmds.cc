@@ -22,6 +22,25 @@
 
 namespace kiln::tools {
 
+namespace {
+
+void add_device_options(CLI::App* c, LlmDeviceArgs& a) {
+  c->add_option("--device", a.device,
+                "Run on this device with kiln's ops, e.g. cuda:0 (default: the CPU's kernels on the quantised weights)");
+  c->add_option("--dtype", a.dtype, "Weights on --device: f32, f16 or bf16")->check(CLI::IsMember({"f32", "f16", "bf16"}));
+}
+
+std::shared_ptr<const llm::Model> load_model(const std::string& path, const LlmDeviceArgs& a) {
+  llm::ModelLoadOptions o;
+  if (!a.device.empty()) {
+    o.device = parse_device(a.device);
+    o.dtype = dtype_from_name(a.dtype);
+  }
+  return llm::Model::load(path, o);
+}
+
+}  // namespace
+
 CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
   auto* c = app.add_subcommand("generate", "Generate text with a GGUF language model, streamed to stdout");
   c->add_option("-m,--model", a.model, "The GGUF file (with --server: the model's name there; default: its only one)");
@@ -39,6 +58,7 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
   c->add_option("--stop", a.stop, "Stop when this text appears (repeatable)");
   c->add_flag("--ignore-eos", a.ignore_eos, "Do not stop at end-of-generation tokens (benchmarks)");
   c->add_flag("--raw", a.raw, "Tokenize special-token text as plain text");
+  add_device_options(c, a.where);
   return c;
 }
 
@@ -128,7 +148,7 @@ int run_generate(const GenerateArgs& a) {
   if (!a.server.empty()) return run_generate_on_server(a, prompt);
   if (a.model.empty()) throw InvalidArgumentError("give --model (a GGUF file) or --server");
   const auto t0 = std::chrono::steady_clock::now();
-  auto model = llm::Model::load(a.model);
+  auto model = load_model(a.model, a.where);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   llm::GenerateOptions o;
   o.max_tokens = a.max_tokens;
@@ -171,6 +191,7 @@ CLI::App* add_chat_command(CLI::App& app, ChatArgs& a) {
   c->add_option("--min-p", a.gen.min_p)->check(CLI::Range(0.0f, 1.0f));
   c->add_option("-s,--seed", a.gen.seed, "Sampling seed");
   c->add_option("-t,--threads", a.gen.threads, "CPU threads (default: every core)")->check(CLI::Range(1, 1024));
+  add_device_options(c, a.gen.where);
   a.gen.max_tokens = 512;
   return c;
 }
@@ -179,7 +200,7 @@ int run_chat(const ChatArgs& a) {
   if (!a.gen.server.empty()) return run_chat_on_server(a);
   if (a.gen.model.empty()) throw InvalidArgumentError("give --model (a GGUF file) or --server");
   if (a.gen.threads > 0) set_num_threads(a.gen.threads);
-  auto model = llm::Model::load(a.gen.model);
+  auto model = load_model(a.gen.model, a.gen.where);
   const llm::Tokenizer& tok = model->tokenizer();
   const std::string_view source = model->file().get_string("tokenizer.chat_template", "");
   const bool interactive = isatty(0) && isatty(1);
@@ -247,12 +268,13 @@ CLI::App* add_perplexity_command(CLI::App& app, PerplexityArgs& a) {
   c->add_option("-c,--context", a.context, "Tokens per chunk (the second half of each is scored)")->check(CLI::Range(int64_t{4}, int64_t{1} << 20));
   c->add_option("--chunks", a.chunks, "At most this many chunks (default: all)");
   c->add_option("-t,--threads", a.threads, "CPU threads (default: every core)")->check(CLI::Range(1, 1024));
+  add_device_options(c, a.where);
   return c;
 }
 
 int run_perplexity(const PerplexityArgs& a) {
   if (a.threads > 0) set_num_threads(a.threads);
-  auto model = llm::Model::load(a.model);
+  auto model = load_model(a.model, a.where);
   const llm::PerplexityResult r = llm::perplexity(*model, read_file(a.file), a.context, a.chunks);
   for (size_t i = 0; i < r.running.size(); ++i) std::printf("[%zu]%.4f,", i + 1, r.running[i]);
   std::printf("\nFinal estimate: PPL = %.4f +/- %.5f (%lld chunks of %lld, %lld tokens scored of %lld, %.1f s, %.0f tokens/s)\n",

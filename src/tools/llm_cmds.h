@@ -9,6 +9,13 @@
 
 namespace kiln::tools {
 
+// Where a command runs the model: empty device = the CPU kernels; else the tensor path
+// on that device ("cuda:0", "cpu") with weights of `dtype`.
+struct LlmDeviceArgs {
+  std::string device;
+  std::string dtype = "bf16";
+};
+
 struct GenerateArgs {
   std::string model;
   std::string prompt;
@@ -25,6 +32,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool raw = false;  // no special-token parsing
   std::string server;  // http://HOST:PORT of a kiln serve (or OpenAI-compatible) server; then model is its model name
+  LlmDeviceArgs where;
 };
 CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args);
 int run_generate(const GenerateArgs& args);
@@ -42,6 +50,7 @@ struct PerplexityArgs {
   int64_t context = 512;
   int64_t chunks = -1;
   int threads = 0;
+  LlmDeviceArgs where;
 };
 CLI::App* add_perplexity_command(CLI::App& app, PerplexityArgs& args);
 int run_perplexity(const PerplexityArgs& args);

@@ -36,3 +36,8 @@ echo "serve over the limit rc=${PIPESTATUS[0]}"
 # kiln chat from a pipe: two turns (the second reuses the first's cache), /reset, EOF ends.
 printf 'What is the capital of France?\nAnd of Germany?\n/reset\nSay hi.\n' |
   "$kiln" chat -m "$model" --temperature 0 -n 16 -t 2 2>&1; echo "chat rc=$?"
+# The tensor path (kiln's ops, the way a GPU runs the model) on the CPU with f32 weights,
+# and a device this machine does not have.
+"$kiln" generate -m "$model" --device cpu --dtype f32 --temperature 0 -n 16 -t 2 \
+  -p $'<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n' 2>&1; echo "tensor path rc=$?"
+"$kiln" generate -m "$model" --device cuda:7 -p hi 2>&1; echo "no such device rc=$?"

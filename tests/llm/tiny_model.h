@@ -312,13 +312,19 @@ inline std::string tiny_model_gguf(const TinyModel& m) {
 
 // The model, written to a temporary file, loaded (Model::load) and the file removed (the
 // weights are read or mapped by then).
-inline std::shared_ptr<const Model> load_tiny_model(const TinyModel& m) {
+inline std::shared_ptr<const Model> load_tiny_model(const TinyModel& m, const ModelLoadOptions& options = {}) {
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("kiln_tiny_" + m.name + "_" + std::to_string(::getpid()) + "_" +
                              std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id())) + ".gguf"))
                                .string();
   std::ofstream(path, std::ios::binary) << tiny_model_gguf(m);
-  std::shared_ptr<const Model> model = Model::load(path);
+  std::shared_ptr<const Model> model;
+  try {
+    model = Model::load(path, options);
+  } catch (...) {
+    std::filesystem::remove(path);
+    throw;
+  }
   std::filesystem::remove(path);
   return model;
 }

@@ -213,8 +213,8 @@ GenerateResult solo(const Model& m, const CompletionRequest& r) {
   return generate_tokens(m, r.prompt, o);
 }
 
-void expect_batch_equals_solo(EngineOptions eo, int n, bool expect_preemption) {
-  const auto& m = smollm2();
+void expect_batch_equals_solo(EngineOptions eo, int n, bool expect_preemption,
+                              const std::shared_ptr<const Model>& m = smollm2()) {
   Engine e(m, eo);
   std::vector<std::future<Outcome>> fs;
   for (int i = 0; i < n; ++i) fs.push_back(submit(e, request(*m, i, i % 4 != 3)));
@@ -246,6 +246,23 @@ TEST(LlmEngine, ThirtyTwoConcurrentRequestsEqualTheirSoloRuns) {
   eo.max_running = 32;
   eo.step_tokens = 64;  // prompts are prefilled in chunks alongside decoding streams
   expect_batch_equals_solo(eo, 32, false);
+}
+
+// The tensor path (kiln's ops, the way the engine runs on a GPU; here on the CPU in f32)
+// under the same engine: concurrent requests with chunked prefill and preemption equal
+// their solo runs and give every block back.
+TEST(LlmEngine, TensorPathRequestsEqualTheirSoloRuns) {
+  SKIP_UNDER_TSAN();
+  ModelLoadOptions o;
+  o.device = Device::cpu();
+  o.dtype = DType::kF32;
+  const std::shared_ptr<const Model> m = Model::load(testing::smollm2_path(), o);
+  EngineOptions eo;
+  eo.kv_cache_tokens = 160;  // 10 blocks: 12 requests of up to ~70 positions cannot all fit
+  eo.max_running = 12;
+  eo.step_tokens = 48;
+  eo.prefix_caching = false;
+  expect_batch_equals_solo(eo, kiln::testing::kSanitized ? 4 : 12, !kiln::testing::kSanitized, m);
 }
 
 TEST(LlmEngine, PreemptedRequestsResumeWithTheSameOutput) {

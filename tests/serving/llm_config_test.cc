@@ -17,16 +17,17 @@ tensorflow::serving::ModelServerConfig parse(const std::string& text) {
 }
 
 TEST(LlmConfig, EntriesOverrideTheFlagsAndCarrySamplingDefaults) {
-  llm::EngineOptions flags;
-  flags.max_running = 16;
-  flags.step_tokens = 128;
+  LlmDefaults flags;
+  flags.engine.max_running = 16;
+  flags.engine.step_tokens = 128;
   const auto specs = llm_models_from_config(parse(R"(model_config_list {
       config { name: "mlp" base_path: "/m" }
       llm { name: "smol" path: "/x.gguf" context_size: 2048 kv_cache_memory: "64MiB" max_running: 4
             prefix_caching: false temperature: 0 max_tokens: 32 }
       llm { name: "other" path: "/y.gguf" }
+      llm { name: "ops" path: "/z.gguf" device: "cpu" dtype: "f32" }
     })"), flags);
-  ASSERT_EQ(specs.size(), 2u);
+  ASSERT_EQ(specs.size(), 3u);
   EXPECT_EQ(specs[0].name, "smol");
   EXPECT_EQ(specs[0].path, "/x.gguf");
   EXPECT_EQ(specs[0].engine.context_length, 2048);
@@ -40,11 +41,20 @@ TEST(LlmConfig, EntriesOverrideTheFlagsAndCarrySamplingDefaults) {
   EXPECT_EQ(specs[1].engine.max_running, 16);
   EXPECT_TRUE(specs[1].engine.prefix_caching);
   EXPECT_FALSE(specs[1].temperature.has_value());
+  EXPECT_EQ(specs[1].engine.kv_cache_bytes, 512 << 20);  // the flag's
+  EXPECT_FALSE(specs[1].device.has_value());             // the CPU kernels
+  EXPECT_EQ(specs[2].device, Device::cpu());             // the tensor path on the CPU
+  EXPECT_EQ(specs[2].dtype, DType::kF32);
+  flags.device = "cpu";
+  EXPECT_EQ(parse_llm_model_flag("m=/w.gguf", flags).device, Device::cpu());
+  EXPECT_EQ(parse_llm_model_flag("m=/w.gguf", flags).dtype, DType::kBF16);
 }
 
 TEST(LlmConfig, BadEntriesAreTypedErrorsNamingThem) {
-  const llm::EngineOptions flags;
+  const LlmDefaults flags;
   for (const char* bad : {R"(model_config_list { llm { name: "a" } })",
+                          R"(model_config_list { llm { name: "a" path: "/p" device: "tpu:0" } })",
+                          R"(model_config_list { llm { name: "a" path: "/p" device: "cpu" dtype: "i8" } })",
                           R"(model_config_list { llm { name: "a" path: "/p" kv_cache_memory: "lots" } })",
                           R"(model_config_list { llm { name: "a" path: "/p" max_running: -1 } })",
                           R"(model_config_list { llm { name: "a" path: "/p" top_p: 3 } })",

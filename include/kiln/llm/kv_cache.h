@@ -3,7 +3,8 @@
 // fixed-size blocks (block_tokens positions each). A sequence holds a block table; its
 // blocks need not be contiguous, so sequences of any lengths share one pool and a
 // finished sequence's blocks go straight back to it (the serving engine batches
-// sequences on it). Storage is f16.
+// sequences on it). Storage is f16, on the device the model runs on, in the layout its
+// forward pass reads (KvLayout; Model::make_cache picks both).
 //
 // Prefix caching: a full block whose tokens are known can be published under the hash
 // of all tokens from the sequence's start to its end. A new sequence attaches the
@@ -21,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/core/device.h"
 #include "kiln/core/half.h"
 #include "kiln/core/tensor.h"
 #include "kiln/llm/tokenizer.h"
@@ -29,9 +31,26 @@ namespace kiln::llm {
 
 struct ModelConfig;
 
+// Where a block's keys and values are (offsets in halves):
+enum class KvLayout : uint8_t {
+  // The CPU kernels' layout: block-major; per block and layer, the keys transposed
+  // (kv_dim rows of block_tokens: dimension i of slot s at i * block_tokens + s, so a
+  // head's keys are the rows of a matrix whose columns are positions), then the values
+  // (block_tokens rows of kv_dim).
+  kTransposedKeys,
+  // The tensor path's layout (kiln ops on any device): layer-major; per layer, the keys
+  // of every block, then the values of every block, each a row of kv_dim per position
+  // ([n_layer][2][n_blocks][block_tokens][kv_dim]): a layer's keys or values are one
+  // tensor [n_blocks, block_tokens, kv_dim] to gather a sequence's blocks from, and the
+  // rows a step writes in one block are contiguous.
+  kRows,
+};
+
 struct KvCacheOptions {
   int64_t max_tokens = 4096;   // capacity of the pool, in positions (rounded up to whole blocks)
   int64_t block_tokens = 16;   // positions per block
+  KvLayout layout = KvLayout::kTransposedKeys;
+  Device device = Device::cpu();  // where the pool is allocated (from that device's allocator)
 };
 
 class KvCache {
@@ -70,18 +89,26 @@ class KvCache {
   int64_t used_blocks() const { return n_blocks_ - free_blocks(); }
   size_t bytes() const { return static_cast<size_t>(pool_.nbytes()); }
 
+  // kTransposedKeys on the CPU (the CPU kernels' accessors; InternalError otherwise):
   // Stores the key of `layer` at position `pos` of `seq` (kv_dim floats, rounded to f16).
   void store_key(SeqId seq, int64_t layer, int64_t pos, const float* k);
   // The value of `layer` at position `pos` of `seq` (kv_dim halves, writable).
   half* value(SeqId seq, int64_t layer, int64_t pos);
-  // The block table of a sequence and the storage of one block (attention walks them):
-  // block b holds, per layer, its keys transposed (kv_dim rows of block_tokens halves:
-  // dimension i of slot s at i * block_tokens + s, so that a head's keys are the rows of
-  // a matrix whose columns are positions) then block_tokens values of kv_dim.
-  const std::vector<int32_t>& blocks(SeqId seq) const;
+  // The storage of one block's keys or values of a layer (attention walks them).
   const half* block_keys(int32_t block, int64_t layer) const;
   const half* block_values(int32_t block, int64_t layer) const;
+
+  // kRows (InternalError otherwise): the keys (kv = 0) or values (kv = 1) of `layer`
+  // as a tensor [n_blocks, block_tokens, kv_dim] sharing the pool's storage, and the
+  // device address of position `slot` of `block` in it.
+  Tensor layer_rows(int64_t layer, int kv) const;
+  void* row_address(int32_t block, int64_t layer, int kv, int64_t slot) const;
+
+  // The block table of a sequence.
+  const std::vector<int32_t>& blocks(SeqId seq) const;
   int64_t kv_dim() const { return kv_dim_; }
+  KvLayout layout() const { return layout_; }
+  Device device() const { return pool_.device(); }
 
  private:
   struct Seq {
@@ -99,9 +126,12 @@ class KvCache {
   void unpublish(int32_t block);
   uint64_t chain_hash(uint64_t parent, std::span<const TokenId> tokens) const;
 
+  void expect_layout(KvLayout layout, const char* what) const;
+
   int64_t n_layer_, kv_dim_, block_tokens_, n_blocks_;
-  // The blocks' storage, from the CPU device's allocator (kiln/core/allocator.h): it
-  // counts in the device's memory statistics and limit.
+  KvLayout layout_;
+  // The blocks' storage, from the device's allocator (kiln/core/allocator.h): it counts
+  // in the device's memory statistics and limit.
   Tensor pool_;
   half* data() const { return static_cast<half*>(pool_.raw_data()); }
   std::vector<int32_t> free_;  // unreferenced, not published

@@ -12,20 +12,30 @@
 // sequences at different positions (a prompt's tokens, or one new token of each of many
 // sequences): the serving engine's continuous batching calls it once per step.
 //
+// Two ways to run it (ModelLoadOptions::device): by default on the CPU with kiln's
+// hand-written kernels on the quantised weights (above); or, given a device, on that
+// device through kiln's ops (the tensor path: weights dequantised to bf16/f16/f32 in the
+// device's memory, the KV cache there too), which is how a model runs on a GPU
+// ("cuda:0": cuBLASLt matmuls and the fused attention kernel).
+//
 // Thread-safety: a Model is immutable after load; forward() may run concurrently on
 // different KV caches. forward() uses kiln's intra-op pool (kiln/core/parallel.h).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "kiln/core/device.h"
+#include "kiln/core/dtype.h"
 #include "kiln/llm/kv_cache.h"
 #include "kiln/llm/tokenizer.h"
 
 namespace kiln::llm {
 
 class GgufFile;
+struct TensorWeights;
 
 struct ModelConfig {
   std::string architecture;  // general.architecture
@@ -55,6 +65,14 @@ struct ModelLoadOptions {
   // Repack the weight matrices for the group kernels (faster; false keeps every matrix
   // in the file's mapping and multiplies with the row kernels: for comparisons).
   bool repack = true;
+  // Run on this device with kiln's ops (the tensor path) instead of the CPU kernels;
+  // weights are dequantised at load to `dtype` (f32, f16 or bf16; bf16: half the memory
+  // of f32 and Tensor Core matmuls on a GPU). Unset: the CPU kernels. Errors at load:
+  // NotFoundError for a device kiln does not have (a CPU-only build, no GPU),
+  // InvalidArgumentError for another dtype, ResourceExhaustedError when the weights do
+  // not fit in the device's memory.
+  std::optional<Device> device;
+  DType dtype = DType::kBF16;
 };
 
 class Model {
@@ -69,17 +87,22 @@ class Model {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const GgufFile& file() const { return *file_; }
   size_t weight_bytes() const;  // bytes of weights one decode step reads
+  // Where forward() runs: the CPU for the CPU kernels, else the tensor path's device.
+  Device device() const;
+  bool tensor_path() const { return tensor_ != nullptr; }
 
   // Runs the batch. Tokens of one sequence must come in position order; each token's
   // key and value are written to the cache at its position first, and it attends to
   // positions 0..pos of its sequence. Writes n_vocab logits per token with `logits` set,
   // in batch order, to `logits` (size: count x n_vocab). InvalidArgumentError for a token
   // id outside the vocabulary or a position past the cache's sequence length + batch;
-  // ResourceExhaustedError when the cache cannot hold the batch (then nothing changed).
+  // ResourceExhaustedError when the cache cannot hold the batch (then nothing changed);
+  // InvalidArgumentError for a cache whose layout or device is not this model's.
   void forward(std::span<const BatchToken> batch, KvCache& cache, float* logits) const;
 
-  // A KV cache sized for this model.
-  KvCache make_cache(const KvCacheOptions& options = {}) const { return KvCache(config_, options); }
+  // A KV cache for this model: options' size, with the layout and device forward()
+  // reads (options.layout and options.device are replaced).
+  KvCache make_cache(KvCacheOptions options = {}) const;
 
   struct Weights;
 
@@ -89,6 +112,7 @@ class Model {
   std::shared_ptr<const GgufFile> file_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::unique_ptr<Weights> weights_;
+  std::unique_ptr<TensorWeights> tensor_;  // the tensor path's, when it runs
 };
 
 }  // namespace kiln::llm

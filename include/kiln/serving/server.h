@@ -46,7 +46,9 @@ struct ServerOptions {
   // Language models (GGUF), served with OpenAI's API on the REST port: "NAME=PATH" each.
   std::vector<std::string> llm_models;
   int64_t llm_context_size = 0;             // positions per sequence; 0: the model's
-  std::string llm_kv_cache_memory = "512MiB";  // KV cache pool per model: bytes or a fraction of the CPU device's memory
+  std::string llm_kv_cache_memory = "512MiB";  // KV cache pool per model: bytes or a fraction of its device's memory
+  std::string llm_device;                   // "": the CPU kernels; "cuda:0": kiln's ops on that device
+  std::string llm_dtype = "bf16";           // weights on llm_device
   int llm_max_running = 16;                 // sequences batched per step
   int64_t llm_step_tokens = 128;            // tokens per step (decode + prefill chunks)
   int64_t llm_max_waiting = 256;            // queued requests beyond which the answer is 429

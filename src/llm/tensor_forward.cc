@@ -1,0 +1,246 @@
+// The llama-family forward step from kiln ops, on any device (see tensor_forward.h).
+#include "llm/tensor_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kiln/core/error.h"
+#include "kiln/llm/gguf.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/shape.h"
+#include "llm/rope.h"
+
+namespace kiln::llm {
+
+using detail::str_cat;
+
+namespace {
+
+// A tensor of the file as [rows, cols] f32 values (ggml's dims are {cols, rows}).
+Tensor dequantized(const GgufFile& f, const std::string& name, const std::vector<int64_t>& shape) {
+  const GgufTensor* t = f.find_tensor(name);
+  if (t == nullptr) throw NotFoundError(f.name() + ": tensor '" + name + "' is missing");
+  return Tensor::from_vector(f.dequantize(*t), Shape(shape));
+}
+
+// y = x w^T: x [n, in] f32, w [out, in]; x rounded to w's dtype, y f32.
+Tensor linear(const Tensor& x, const Tensor& w) {
+  if (w.dtype() == DType::kF32) return ops::matmul(x, w, false, true);
+  return ops::cast(ops::matmul(ops::cast(x, w.dtype()), w, false, true), DType::kF32);
+}
+
+// Rotates the first n_rot dimensions of every head of x [T, H, hd] by the tokens'
+// angles cs, sn [T, 1, n_rot / 2]: pairs (2i, 2i + 1), or (i, i + n_rot / 2) for NeoX.
+Tensor rope(const Tensor& x, const Tensor& cs, const Tensor& sn, const ModelConfig& c) {
+  const int64_t T = x.dim(0), H = x.dim(1), hd = x.dim(2), r = c.n_rot, hr = r / 2;
+  const Tensor rot = r == hd ? x : ops::slice(x, {0, 0, 0}, {T, H, r});
+  Tensor x0, x1;
+  if (c.rope_neox) {
+    x0 = ops::slice(rot, {0, 0, 0}, {T, H, hr});
+    x1 = ops::slice(rot, {0, 0, hr}, {T, H, hr});
+  } else {
+    const Tensor pairs = ops::reshape(rot, {T, H, hr, 2});
+    x0 = ops::reshape(ops::slice(pairs, {0, 0, 0, 0}, {T, H, hr, 1}), {T, H, hr});
+    x1 = ops::reshape(ops::slice(pairs, {0, 0, 0, 1}, {T, H, hr, 1}), {T, H, hr});
+  }
+  const Tensor y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
+  Tensor y = c.rope_neox ? ops::concat({y0, y1}, 2) : ops::reshape(ops::stack({y0, y1}, 3), {T, H, r});
+  if (r < hd) y = ops::concat({y, ops::slice(x, {0, 0, r}, {T, H, hd - r})}, 2);
+  return y;
+}
+
+// Consecutive batch tokens of one sequence: they attend together.
+struct Run {
+  int64_t t0, m;  // batch tokens [t0, t0 + m)
+  int64_t n;      // positions the last of them attends to (its position + 1)
+  KvCache::SeqId seq;
+};
+
+// Runs that make one attention call: every decoding sequence (one token each) together,
+// and each prompt chunk alone; padded to the group's most tokens and blocks, with a
+// mask that keeps each token's own causal positions.
+struct AttentionGroup {
+  int64_t runs, m, blocks;  // R runs, padded to m tokens and `blocks` blocks each
+  Tensor table;             // i32 [R, blocks]: the runs' block tables (padding: their first block)
+  Tensor rows;              // i32 [R * m]: the batch token of each query row (padding: the run's first)
+  Tensor mask;              // bool [R, 1, 1, m, blocks * block_tokens]
+};
+
+}  // namespace
+
+size_t TensorWeights::bytes() const {
+  size_t n = embedding.nbytes() + output_norm.nbytes() + (output.is_same(embedding) ? 0 : output.nbytes());
+  for (const Layer& L : layers)
+    for (const Tensor* t : {&L.attn_norm, &L.ffn_norm, &L.bq, &L.bk, &L.bv, &L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
+      if (t->defined()) n += t->nbytes();
+  return n;
+}
+
+std::unique_ptr<TensorWeights> load_tensor_weights(const GgufFile& f, const ModelConfig& c, Device device, DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16)
+    throw InvalidArgumentError(str_cat("language model weights on ", device.str(), " must be f32, f16 or bf16, not ",
+                                       dtype_name(dtype)));
+  if (!backend_for(device).supports(dtype))
+    throw InvalidArgumentError(str_cat(device.str(), " does not run ", dtype_name(dtype), " tensors"));
+  auto w = std::make_unique<TensorWeights>();
+  w->device = device;
+  w->dtype = dtype;
+  auto f32 = [&](const std::string& name, std::vector<int64_t> shape) { return dequantized(f, name, shape).to(device); };
+  auto mat = [&](const std::string& name, int64_t rows, int64_t cols) {
+    return dequantized(f, name, {rows, cols}).to(dtype).to(device);
+  };
+  const int64_t d = c.n_embd, q_dim = c.n_head * c.head_dim, kv_dim = c.kv_dim();
+  const Tensor embedding = dequantized(f, "token_embd.weight", {c.n_vocab, d});
+  w->embedding = embedding.to(device);
+  w->output = c.tied_output ? (dtype == DType::kF32 ? w->embedding : embedding.to(dtype).to(device))
+                            : mat("output.weight", c.n_vocab, d);
+  w->output_norm = f32("output_norm.weight", {d});
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    TensorWeights::Layer L;
+    L.attn_norm = f32(p + "attn_norm.weight", {d});
+    L.ffn_norm = f32(p + "ffn_norm.weight", {d});
+    L.wq = mat(p + "attn_q.weight", q_dim, d);
+    L.wk = mat(p + "attn_k.weight", kv_dim, d);
+    L.wv = mat(p + "attn_v.weight", kv_dim, d);
+    L.wo = mat(p + "attn_output.weight", d, q_dim);
+    L.gate = mat(p + "ffn_gate.weight", c.n_ff, d);
+    L.up = mat(p + "ffn_up.weight", c.n_ff, d);
+    L.down = mat(p + "ffn_down.weight", d, c.n_ff);
+    if (c.qkv_bias) {
+      L.bq = f32(p + "attn_q.bias", {q_dim});
+      L.bk = f32(p + "attn_k.bias", {kv_dim});
+      L.bv = f32(p + "attn_v.bias", {kv_dim});
+    }
+    w->layers.push_back(std::move(L));
+  }
+  return w;
+}
+
+void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<const BatchToken> batch, KvCache& cache,
+                    float* logits) {
+  const Device dev = w.device;
+  const int64_t T = static_cast<int64_t>(batch.size()), hd = c.head_dim, q_dim = c.n_head * hd;
+  const int64_t kv_dim = c.kv_dim(), group = c.n_head / c.n_head_kv, bs = cache.block_tokens(), hr = c.n_rot / 2;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+
+  // Host-side inputs of the step, made once for every layer.
+  std::vector<int32_t> ids(static_cast<size_t>(T));
+  std::vector<float> cs(static_cast<size_t>(T * hr)), sn(cs.size());
+  for (int64_t t = 0; t < T; ++t) {
+    ids[static_cast<size_t>(t)] = batch[t].token;
+    rope_angles(batch[t].pos, c, cs.data() + t * hr, sn.data() + t * hr);
+  }
+  const Tensor rope_cos = Tensor::from_vector(cs, {T, 1, hr}).to(dev), rope_sin = Tensor::from_vector(sn, {T, 1, hr}).to(dev);
+  std::vector<Run> runs;
+  for (int64_t t = 0; t < T;) {
+    int64_t e = t + 1;
+    while (e < T && batch[e].seq == batch[t].seq) ++e;
+    runs.push_back({t, e - t, batch[e - 1].pos + 1, batch[t].seq});
+    t = e;
+  }
+  std::vector<AttentionGroup> groups;
+  std::vector<int32_t> order(static_cast<size_t>(T));  // token t's output row in the groups' concatenation
+  int32_t next_row = 0;
+  auto add_group = [&](const std::vector<const Run*>& members) {
+    if (members.empty()) return;
+    AttentionGroup g{static_cast<int64_t>(members.size()), 0, 0, {}, {}, {}};
+    for (const Run* r : members) g.m = std::max(g.m, r->m), g.blocks = std::max(g.blocks, (r->n + bs - 1) / bs);
+    const int64_t N = g.blocks * bs;
+    std::vector<int32_t> table(static_cast<size_t>(g.runs * g.blocks)), rows(static_cast<size_t>(g.runs * g.m));
+    std::vector<bool> may(static_cast<size_t>(g.runs * g.m * N));
+    for (int64_t i = 0; i < g.runs; ++i) {
+      const Run& r = *members[static_cast<size_t>(i)];
+      const std::vector<int32_t>& blocks = cache.blocks(r.seq);
+      for (int64_t b = 0; b < g.blocks; ++b)
+        table[static_cast<size_t>(i * g.blocks + b)] = blocks[static_cast<size_t>(b < (r.n + bs - 1) / bs ? b : 0)];
+      for (int64_t j = 0; j < g.m; ++j) {
+        const int64_t t = r.t0 + std::min(j, r.m - 1);
+        rows[static_cast<size_t>(i * g.m + j)] = static_cast<int32_t>(t);
+        if (j >= r.m) continue;
+        order[static_cast<size_t>(t)] = next_row + static_cast<int32_t>(i * g.m + j);
+        for (int64_t p = 0; p <= batch[t].pos; ++p) may[static_cast<size_t>((i * g.m + j) * N + p)] = true;
+      }
+    }
+    next_row += static_cast<int32_t>(g.runs * g.m);
+    g.table = Tensor::from_vector(table, {g.runs, g.blocks}).to(dev);
+    g.rows = Tensor::from_vector(rows, {g.runs * g.m}).to(dev);
+    g.mask = Tensor::from_vector(may, {g.runs, 1, 1, g.m, N}).to(dev);
+    groups.push_back(std::move(g));
+  };
+  {
+    std::vector<const Run*> decoding;
+    for (const Run& r : runs)
+      if (r.m == 1) decoding.push_back(&r);
+    add_group(decoding);
+    for (const Run& r : runs)
+      if (r.m > 1) add_group({&r});
+  }
+  bool in_order = next_row == T;  // no padding rows, and tokens in batch order
+  for (int64_t t = 0; t < T; ++t) in_order &= order[static_cast<size_t>(t)] == t;
+  const Tensor to_batch_order = in_order ? Tensor() : Tensor::from_vector(order, {T}).to(dev);
+
+  Backend& backend = backend_for(dev);
+  // Writes rows [T, kv_dim] (f16, on the device) of `layer` to the tokens' cache slots.
+  auto store = [&](const Tensor& rows, int64_t layer, int kv) {
+    const auto* src = static_cast<const uint8_t*>(rows.raw_data());
+    const size_t row_bytes = static_cast<size_t>(kv_dim) * sizeof(half);
+    for (const Run& r : runs) {
+      const std::vector<int32_t>& table = cache.blocks(r.seq);
+      for (int64_t i = 0; i < r.m;) {
+        const int64_t pos = batch[r.t0 + i].pos, slot = pos % bs, n = std::min(r.m - i, bs - slot);
+        backend.copy_on_device(cache.row_address(table[static_cast<size_t>(pos / bs)], layer, kv, slot),
+                               src + static_cast<size_t>(r.t0 + i) * row_bytes, static_cast<size_t>(n) * row_bytes, dev.index);
+        i += n;
+      }
+    }
+  };
+  // A group's cached keys or values of a layer as [R, n_head_kv, 1, N, hd] f32.
+  auto cached = [&](const AttentionGroup& g, int64_t layer, int kv) {
+    const int64_t N = g.blocks * bs;
+    const Tensor rows = ops::gather(cache.layer_rows(layer, kv), g.table);  // [R, blocks, bs, kv_dim]
+    const Tensor heads = ops::transpose(ops::reshape(rows, {g.runs, N, c.n_head_kv, hd}), {0, 2, 1, 3});
+    return ops::reshape(ops::cast(heads, DType::kF32), {g.runs, c.n_head_kv, 1, N, hd});
+  };
+
+  Tensor x = ops::embedding(w.embedding, Tensor::from_vector(ids, {T}).to(dev));  // [T, d]
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const TensorWeights::Layer& L = w.layers[static_cast<size_t>(l)];
+    const Tensor h = ops::rms_norm(x, L.attn_norm, c.rms_eps);
+    Tensor q = linear(h, L.wq), k = linear(h, L.wk), v = linear(h, L.wv);
+    if (c.qkv_bias) q = q + L.bq, k = k + L.bk, v = v + L.bv;
+    q = rope(ops::reshape(q, {T, c.n_head, hd}), rope_cos, rope_sin, c);
+    k = rope(ops::reshape(k, {T, c.n_head_kv, hd}), rope_cos, rope_sin, c);
+    const Tensor k16 = ops::cast(k, DType::kF16), v16 = ops::cast(v, DType::kF16);
+    store(k16, l, 0);
+    store(v16, l, 1);
+    std::vector<Tensor> outs;
+    for (const AttentionGroup& g : groups) {
+      // Queries [R, n_head_kv, group, m, hd]: the heads that share a KV head together.
+      const Tensor qg = ops::reshape(ops::gather(q, g.rows), {g.runs, g.m, c.n_head_kv, group, hd});
+      const Tensor o = ops::scaled_dot_product_attention(ops::transpose(qg, {0, 2, 3, 1, 4}), cached(g, l, 0), cached(g, l, 1),
+                                                         g.mask, false, scale);
+      outs.push_back(ops::reshape(ops::transpose(o, {0, 3, 1, 2, 4}), {g.runs * g.m, q_dim}));
+    }
+    Tensor att = outs.size() == 1 ? outs[0] : ops::concat(outs, 0);
+    if (to_batch_order.defined()) att = ops::gather(att, to_batch_order);
+    x = x + linear(att, L.wo);
+    const Tensor h2 = ops::rms_norm(x, L.ffn_norm, c.rms_eps);
+    x = x + linear(ops::silu(linear(h2, L.gate)) * linear(h2, L.up), L.down);
+  }
+
+  std::vector<int32_t> rows;
+  for (int64_t t = 0; t < T; ++t)
+    if (batch[t].logits) rows.push_back(static_cast<int32_t>(t));
+  if (rows.empty()) return;
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const Tensor sel = n == T ? x : ops::gather(x, Tensor::from_vector(rows, {n}).to(dev));
+  const Tensor out = linear(ops::rms_norm(sel, w.output_norm, c.rms_eps), w.output).to(Device::cpu());
+  std::memcpy(logits, out.raw_data(), static_cast<size_t>(n * c.n_vocab) * sizeof(float));
+}
+
+}  // namespace kiln::llm
