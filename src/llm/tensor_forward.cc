@@ -75,7 +75,7 @@ struct AttentionGroup {
 size_t TensorWeights::bytes() const {
   size_t n = embedding.nbytes() + output_norm.nbytes() + (output.is_same(embedding) ? 0 : output.nbytes());
   for (const Layer& L : layers)
-    for (const Tensor* t : {&L.attn_norm, &L.ffn_norm, &L.bq, &L.bk, &L.bv, &L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
+    for (const Tensor* t : {&L.attn_norm, &L.ffn_norm, &L.bqkv, &L.wqkv, &L.wo, &L.gate_up, &L.down})
       if (t->defined()) n += t->nbytes();
   return n;
 }
@@ -93,6 +93,13 @@ std::unique_ptr<TensorWeights> load_tensor_weights(const GgufFile& f, const Mode
   auto mat = [&](const std::string& name, int64_t rows, int64_t cols) {
     return dequantized(f, name, {rows, cols}).to(dtype).to(device);
   };
+  // Matrices that read the same input, stacked by rows (biases by elements).
+  auto stacked = [&](const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols, bool to_dtype) {
+    std::vector<Tensor> ts;
+    for (const auto& [name, rows] : parts) ts.push_back(dequantized(f, name, cols ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows}));
+    const Tensor all = ops::concat(ts, 0);
+    return (to_dtype ? all.to(dtype) : all).to(device);
+  };
   const int64_t d = c.n_embd, q_dim = c.n_head * c.head_dim, kv_dim = c.kv_dim();
   const Tensor embedding = dequantized(f, "token_embd.weight", {c.n_vocab, d});
   w->embedding = embedding.to(device);
@@ -104,18 +111,12 @@ std::unique_ptr<TensorWeights> load_tensor_weights(const GgufFile& f, const Mode
     TensorWeights::Layer L;
     L.attn_norm = f32(p + "attn_norm.weight", {d});
     L.ffn_norm = f32(p + "ffn_norm.weight", {d});
-    L.wq = mat(p + "attn_q.weight", q_dim, d);
-    L.wk = mat(p + "attn_k.weight", kv_dim, d);
-    L.wv = mat(p + "attn_v.weight", kv_dim, d);
+    L.wqkv = stacked({{p + "attn_q.weight", q_dim}, {p + "attn_k.weight", kv_dim}, {p + "attn_v.weight", kv_dim}}, d, true);
     L.wo = mat(p + "attn_output.weight", d, q_dim);
-    L.gate = mat(p + "ffn_gate.weight", c.n_ff, d);
-    L.up = mat(p + "ffn_up.weight", c.n_ff, d);
+    L.gate_up = stacked({{p + "ffn_gate.weight", c.n_ff}, {p + "ffn_up.weight", c.n_ff}}, d, true);
     L.down = mat(p + "ffn_down.weight", d, c.n_ff);
-    if (c.qkv_bias) {
-      L.bq = f32(p + "attn_q.bias", {q_dim});
-      L.bk = f32(p + "attn_k.bias", {kv_dim});
-      L.bv = f32(p + "attn_v.bias", {kv_dim});
-    }
+    if (c.qkv_bias)
+      L.bqkv = stacked({{p + "attn_q.bias", q_dim}, {p + "attn_k.bias", kv_dim}, {p + "attn_v.bias", kv_dim}}, 0, false);
     w->layers.push_back(std::move(L));
   }
   return w;
@@ -211,10 +212,12 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const TensorWeights::Layer& L = w.layers[static_cast<size_t>(l)];
     const Tensor h = ops::rms_norm(x, L.attn_norm, c.rms_eps);
-    Tensor q = linear(h, L.wq), k = linear(h, L.wk), v = linear(h, L.wv);
-    if (c.qkv_bias) q = q + L.bq, k = k + L.bk, v = v + L.bv;
-    q = rope(ops::reshape(q, {T, c.n_head, hd}), rope_cos, rope_sin, c);
-    k = rope(ops::reshape(k, {T, c.n_head_kv, hd}), rope_cos, rope_sin, c);
+    Tensor qkv = linear(h, L.wqkv);
+    if (c.qkv_bias) qkv = qkv + L.bqkv;
+    const std::vector<Tensor> parts = ops::split(qkv, {q_dim, kv_dim, kv_dim}, 1);
+    const Tensor q = rope(ops::reshape(parts[0], {T, c.n_head, hd}), rope_cos, rope_sin, c);
+    const Tensor k = rope(ops::reshape(parts[1], {T, c.n_head_kv, hd}), rope_cos, rope_sin, c);
+    const Tensor& v = parts[2];
     const Tensor k16 = ops::cast(k, DType::kF16), v16 = ops::cast(v, DType::kF16);
     store(k16, l, 0);
     store(v16, l, 1);
@@ -230,7 +233,8 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
     if (to_batch_order.defined()) att = ops::gather(att, to_batch_order);
     x = x + linear(att, L.wo);
     const Tensor h2 = ops::rms_norm(x, L.ffn_norm, c.rms_eps);
-    x = x + linear(ops::silu(linear(h2, L.gate)) * linear(h2, L.up), L.down);
+    const std::vector<Tensor> gate_up = ops::split(linear(h2, L.gate_up), 2, 1);
+    x = x + linear(ops::silu(gate_up[0]) * gate_up[1], L.down);
   }
 
   std::vector<int32_t> rows;

@@ -25,8 +25,9 @@ class GgufFile;
 
 struct TensorWeights {
   struct Layer {
-    Tensor attn_norm, ffn_norm, bq, bk, bv;  // f32 (biases undefined without them)
-    Tensor wq, wk, wv, wo, gate, up, down;   // [out, in] of `dtype`
+    Tensor attn_norm, ffn_norm, bqkv;  // f32 (the bias undefined without one)
+    // [out, in] of `dtype`; q, k and v stacked (one matmul), gate and up too.
+    Tensor wqkv, wo, gate_up, down;
   };
   Device device;
   DType dtype = DType::kF32;
