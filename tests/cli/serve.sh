@@ -412,8 +412,13 @@ EOF
     write_config "$(llm b 'max_running: 4')" '  llm { name: "c" path: "/nonexistent.gguf" }'
     wait_log 'event=config_reload_failed.*nonexistent' 10 && broken=logged || broken=silent
     b_broken=$(complete b)
+    # An entry on the tensor path (kiln's ops on a device: "cpu" here, "cuda:0" on a GPU).
+    write_config "$(llm b 'max_running: 4')" "$(llm d 'device: "cpu" dtype: "f32"')"
+    wait_listed b,d && ops_listed=b,d || ops_listed="$(listed)"
+    d=$(complete d)
+    grep -q Paris "$work/body" && d_text=Paris || d_text="$(head -c 200 "$work/body")"
     echo "llmconfig: first=$first added=$a_loads:$added b=$b removed=$removed stream=$stream unloaded=$unloaded" \
-      "a=$a_after b_reloaded=$b_loads:$b_after broken=$broken b=$b_broken"
+      "a=$a_after b_reloaded=$b_loads:$b_after broken=$broken b=$b_broken ops=$ops_listed:$d:$d_text"
     ;;
 
   *)
