@@ -468,9 +468,10 @@ namespace {
 std::string spec_key(const LlmModelSpec& s) {
   const llm::EngineOptions& e = s.engine;
   auto opt = [](const auto& o) { return o ? std::to_string(*o) : std::string("-"); };
-  return str_cat(s.path, "|", s.device ? s.device->str() : "kernels", "|", dtype_name(s.dtype), "|", e.kv_cache_tokens, "|", e.kv_cache_bytes, "|", e.context_length, "|", e.max_running, "|",
-                 e.step_tokens, "|", e.max_waiting, "|", e.prefix_caching, "|", opt(s.temperature), "|", opt(s.top_p), "|",
-                 opt(s.min_p), "|", opt(s.top_k), "|", opt(s.max_tokens));
+  return str_cat(s.path, "|", s.device ? s.device->str() : "kernels", "|", dtype_name(s.dtype), "|", e.kv_cache_tokens, "|",
+                 e.kv_cache_bytes, "|", e.context_length, "|", e.max_running, "|", e.step_tokens, "|", e.max_waiting, "|",
+                 e.prefix_caching, "|", opt(s.temperature), "|", opt(s.top_p), "|", opt(s.min_p), "|", opt(s.top_k), "|",
+                 opt(s.max_tokens));
 }
 }  // namespace
 
