@@ -19,11 +19,7 @@ KvCache::KvCache(const ModelConfig& config, const KvCacheOptions& options)
   n_blocks_ = (options.max_tokens + block_tokens_ - 1) / block_tokens_;
   const int64_t n = n_blocks_ * n_layer_ * 2 * block_tokens_ * kv_dim_;
   try {
-    // The tensor path's attention reads whole blocks and masks the positions past a
-    // sequence's end: they must hold finite values (0 x NaN would be NaN), so its pool
-    // starts zeroed (afterwards it only ever holds keys and values).
-    pool_ = layout_ == KvLayout::kRows ? Tensor::zeros({n}, DType::kF16, options.device)
-                                       : Tensor::empty({n}, DType::kF16, options.device);
+    pool_ = Tensor::empty({n}, DType::kF16, options.device);
   } catch (const ResourceExhaustedError& e) {
     throw ResourceExhaustedError(str_cat("KV cache of ", n_blocks_ * block_tokens_, " positions (",
                                          config::format_bytes(n * static_cast<int64_t>(sizeof(half))),

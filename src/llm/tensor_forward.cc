@@ -60,16 +60,6 @@ struct Run {
   KvCache::SeqId seq;
 };
 
-// Runs that make one attention call: every decoding sequence (one token each) together,
-// and each prompt chunk alone; padded to the group's most tokens and blocks, with a
-// mask that keeps each token's own causal positions.
-struct AttentionGroup {
-  int64_t runs, m, blocks;  // R runs, padded to m tokens and `blocks` blocks each
-  Tensor table;             // i32 [R, blocks]: the runs' block tables (padding: their first block)
-  Tensor rows;              // i32 [R * m]: the batch token of each query row (padding: the run's first)
-  Tensor mask;              // bool [R, 1, 1, m, blocks * block_tokens]
-};
-
 }  // namespace
 
 size_t TensorWeights::bytes() const {
@@ -96,7 +86,8 @@ std::unique_ptr<TensorWeights> load_tensor_weights(const GgufFile& f, const Mode
   // Matrices that read the same input, stacked by rows (biases by elements).
   auto stacked = [&](const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols, bool to_dtype) {
     std::vector<Tensor> ts;
-    for (const auto& [name, rows] : parts) ts.push_back(dequantized(f, name, cols ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows}));
+    for (const auto& [name, rows] : parts)
+      ts.push_back(dequantized(f, name, cols ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows}));
     const Tensor all = ops::concat(ts, 0);
     return (to_dtype ? all.to(dtype) : all).to(device);
   };
@@ -126,7 +117,7 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
                     float* logits) {
   const Device dev = w.device;
   const int64_t T = static_cast<int64_t>(batch.size()), hd = c.head_dim, q_dim = c.n_head * hd;
-  const int64_t kv_dim = c.kv_dim(), group = c.n_head / c.n_head_kv, bs = cache.block_tokens(), hr = c.n_rot / 2;
+  const int64_t kv_dim = c.kv_dim(), bs = cache.block_tokens(), hr = c.n_rot / 2;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
 
   // Host-side inputs of the step, made once for every layer.
@@ -144,46 +135,29 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
     runs.push_back({t, e - t, batch[e - 1].pos + 1, batch[t].seq});
     t = e;
   }
-  std::vector<AttentionGroup> groups;
-  std::vector<int32_t> order(static_cast<size_t>(T));  // token t's output row in the groups' concatenation
-  int32_t next_row = 0;
-  auto add_group = [&](const std::vector<const Run*>& members) {
-    if (members.empty()) return;
-    AttentionGroup g{static_cast<int64_t>(members.size()), 0, 0, {}, {}, {}};
-    for (const Run* r : members) g.m = std::max(g.m, r->m), g.blocks = std::max(g.blocks, (r->n + bs - 1) / bs);
-    const int64_t N = g.blocks * bs;
-    std::vector<int32_t> table(static_cast<size_t>(g.runs * g.blocks)), rows(static_cast<size_t>(g.runs * g.m));
-    std::vector<bool> may(static_cast<size_t>(g.runs * g.m * N));
-    for (int64_t i = 0; i < g.runs; ++i) {
-      const Run& r = *members[static_cast<size_t>(i)];
-      const std::vector<int32_t>& blocks = cache.blocks(r.seq);
-      for (int64_t b = 0; b < g.blocks; ++b)
-        table[static_cast<size_t>(i * g.blocks + b)] = blocks[static_cast<size_t>(b < (r.n + bs - 1) / bs ? b : 0)];
-      for (int64_t j = 0; j < g.m; ++j) {
-        const int64_t t = r.t0 + std::min(j, r.m - 1);
-        rows[static_cast<size_t>(i * g.m + j)] = static_cast<int32_t>(t);
-        if (j >= r.m) continue;
-        order[static_cast<size_t>(t)] = next_row + static_cast<int32_t>(i * g.m + j);
-        for (int64_t p = 0; p <= batch[t].pos; ++p) may[static_cast<size_t>((i * g.m + j) * N + p)] = true;
-      }
+  // The step's sequences' block tables (one row each, padded with block 0, never read)
+  // and each token's row and position, for paged attention.
+  std::vector<KvCache::SeqId> seqs;
+  std::vector<int32_t> seq_ids(static_cast<size_t>(T)), positions(static_cast<size_t>(T));
+  int64_t max_blocks = 1;
+  for (const Run& r : runs) {
+    const auto it = std::find(seqs.begin(), seqs.end(), r.seq);
+    const int32_t row = static_cast<int32_t>(it - seqs.begin());
+    if (it == seqs.end()) seqs.push_back(r.seq);
+    for (int64_t t = r.t0; t < r.t0 + r.m; ++t) {
+      seq_ids[static_cast<size_t>(t)] = row;
+      positions[static_cast<size_t>(t)] = static_cast<int32_t>(batch[t].pos);
     }
-    next_row += static_cast<int32_t>(g.runs * g.m);
-    g.table = Tensor::from_vector(table, {g.runs, g.blocks}).to(dev);
-    g.rows = Tensor::from_vector(rows, {g.runs * g.m}).to(dev);
-    g.mask = Tensor::from_vector(may, {g.runs, 1, 1, g.m, N}).to(dev);
-    groups.push_back(std::move(g));
-  };
-  {
-    std::vector<const Run*> decoding;
-    for (const Run& r : runs)
-      if (r.m == 1) decoding.push_back(&r);
-    add_group(decoding);
-    for (const Run& r : runs)
-      if (r.m > 1) add_group({&r});
+    max_blocks = std::max(max_blocks, (r.n + bs - 1) / bs);
   }
-  bool in_order = next_row == T;  // no padding rows, and tokens in batch order
-  for (int64_t t = 0; t < T; ++t) in_order &= order[static_cast<size_t>(t)] == t;
-  const Tensor to_batch_order = in_order ? Tensor() : Tensor::from_vector(order, {T}).to(dev);
+  std::vector<int32_t> table(seqs.size() * static_cast<size_t>(max_blocks), 0);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const std::vector<int32_t>& blocks = cache.blocks(seqs[i]);
+    std::copy(blocks.begin(), blocks.begin() + std::min<int64_t>(max_blocks, static_cast<int64_t>(blocks.size())),
+              table.begin() + static_cast<std::ptrdiff_t>(i * static_cast<size_t>(max_blocks)));
+  }
+  const Tensor block_tables = Tensor::from_vector(table, {static_cast<int64_t>(seqs.size()), max_blocks}).to(dev);
+  const Tensor seq_of = Tensor::from_vector(seq_ids, {T}).to(dev), pos_of = Tensor::from_vector(positions, {T}).to(dev);
 
   Backend& backend = backend_for(dev);
   // Writes rows [T, kv_dim] (f16, on the device) of `layer` to the tokens' cache slots.
@@ -200,14 +174,6 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
       }
     }
   };
-  // A group's cached keys or values of a layer as [R, n_head_kv, 1, N, hd] f32.
-  auto cached = [&](const AttentionGroup& g, int64_t layer, int kv) {
-    const int64_t N = g.blocks * bs;
-    const Tensor rows = ops::gather(cache.layer_rows(layer, kv), g.table);  // [R, blocks, bs, kv_dim]
-    const Tensor heads = ops::transpose(ops::reshape(rows, {g.runs, N, c.n_head_kv, hd}), {0, 2, 1, 3});
-    return ops::reshape(ops::cast(heads, DType::kF32), {g.runs, c.n_head_kv, 1, N, hd});
-  };
-
   Tensor x = ops::embedding(w.embedding, Tensor::from_vector(ids, {T}).to(dev));  // [T, d]
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const TensorWeights::Layer& L = w.layers[static_cast<size_t>(l)];
@@ -221,16 +187,10 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
     const Tensor k16 = ops::cast(k, DType::kF16), v16 = ops::cast(v, DType::kF16);
     store(k16, l, 0);
     store(v16, l, 1);
-    std::vector<Tensor> outs;
-    for (const AttentionGroup& g : groups) {
-      // Queries [R, n_head_kv, group, m, hd]: the heads that share a KV head together.
-      const Tensor qg = ops::reshape(ops::gather(q, g.rows), {g.runs, g.m, c.n_head_kv, group, hd});
-      const Tensor o = ops::scaled_dot_product_attention(ops::transpose(qg, {0, 2, 3, 1, 4}), cached(g, l, 0), cached(g, l, 1),
-                                                         g.mask, false, scale);
-      outs.push_back(ops::reshape(ops::transpose(o, {0, 3, 1, 2, 4}), {g.runs * g.m, q_dim}));
-    }
-    Tensor att = outs.size() == 1 ? outs[0] : ops::concat(outs, 0);
-    if (to_batch_order.defined()) att = ops::gather(att, to_batch_order);
+    const Shape pool{cache.total_blocks(), bs, c.n_head_kv, hd};
+    const Tensor keys = cache.layer_rows(l, 0).reshape(pool), values = cache.layer_rows(l, 1).reshape(pool);
+    const Tensor att =
+        ops::reshape(ops::paged_attention(q, keys, values, block_tables, seq_of, pos_of, scale), {T, q_dim});
     x = x + linear(att, L.wo);
     const Tensor h2 = ops::rms_norm(x, L.ffn_norm, c.rms_eps);
     const std::vector<Tensor> gate_up = ops::split(linear(h2, L.gate_up), 2, 1);

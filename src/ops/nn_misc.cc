@@ -118,6 +118,40 @@ KILN_REGISTER_OP([] {
   o.dispatch_input = 0;  // the table's dtype selects the kernel
   return o;
 }());
+std::vector<TensorMeta> infer_paged_attention(std::span<const TensorMeta> in, const Attrs& a) {
+  const char* op = "paged_attention";
+  const TensorMeta &q = in[0], &k = in[1], &v = in[2], &tables = in[3], &seqs = in[4], &pos = in[5];
+  auto floating16_32 = [](DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; };
+  if (q.shape.rank() != 3 || k.shape.rank() != 4)
+    throw InvalidArgumentError(kiln::detail::str_cat(op, ": q must be [T, H, d] and the caches [N, B, Hkv, d], got q ",
+                                                     q.shape.str(), " and k_cache ", k.shape.str()));
+  if (!floating16_32(q.dtype) || !floating16_32(k.dtype))
+    throw InvalidArgumentError(kiln::detail::str_cat(op, ": q and the caches must be f32, f16 or bf16, got ",
+                                                     detail::dtype_str(q.dtype), " and ", detail::dtype_str(k.dtype)));
+  if (v.shape != k.shape || v.dtype != k.dtype)
+    throw InvalidArgumentError(kiln::detail::str_cat(op, ": v_cache must have k_cache's shape and dtype, got ", v.shape.str(),
+                                                     " ", detail::dtype_str(v.dtype), " and ", k.shape.str(), " ",
+                                                     detail::dtype_str(k.dtype)));
+  const int64_t T = q.shape.dim(0), H = q.shape.dim(1), d = q.shape.dim(2), hkv = k.shape.dim(2);
+  if (k.shape.dim(3) != d || hkv < 1 || H % hkv != 0)
+    throw InvalidArgumentError(kiln::detail::str_cat(op, ": q ", q.shape.str(), " and k_cache ", k.shape.str(),
+                                                     ": the head sizes must match and H be a multiple of Hkv"));
+  if (tables.dtype != DType::kI32 || tables.shape.rank() != 2)
+    throw InvalidArgumentError(kiln::detail::str_cat(op, ": block_tables must be i32 [S, M], got ",
+                                                     detail::dtype_str(tables.dtype), " ", tables.shape.str()));
+  for (const TensorMeta* m : {&seqs, &pos})
+    if (m->dtype != DType::kI32 || m->shape != Shape{T})
+      throw InvalidArgumentError(kiln::detail::str_cat(op, ": seq_ids and positions must be i32 [", T,
+                                                       "] (one per query), got ", detail::dtype_str(m->dtype), " ",
+                                                       m->shape.str()));
+  if (a.has("scale") && !std::isfinite(a.get_float("scale")))
+    throw InvalidArgumentError(std::string(op) + ": scale must be finite");
+  return {{q.shape, q.dtype}};
+}
+
+KILN_REGISTER_OP(detail::make_def("paged_attention", "attention of queries over a paged KV cache (block tables)", 6,
+                                  infer_paged_attention, {{"scale", AttrType::kFloat, "score scale, default 1/sqrt(d)"}},
+                                  Differentiable::kNo));
 KILN_REGISTER_OP(detail::make_def("scaled_dot_product_attention", "softmax(q k^T * scale + mask) v, fused", -1, infer_attention,
                      {{"causal", AttrType::kBool, "query i attends to keys j <= i"},
                       {"scale", AttrType::kFloat, "score scale, default 1/sqrt(d)"}}));
@@ -168,6 +202,21 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       in.push_back(param_for(mask, t));
   }
   return call_op1(KILN_OP("scaled_dot_product_attention"), in, a);
+}
+
+Tensor paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_tables,
+                       const Tensor& seq_ids, const Tensor& positions, std::optional<double> scale) {
+  const char* op = "paged_attention";
+  require_defined(op, "q", q);
+  require_defined(op, "k_cache", k_cache);
+  require_defined(op, "v_cache", v_cache);
+  require_defined(op, "block_tables", block_tables);
+  require_defined(op, "seq_ids", seq_ids);
+  require_defined(op, "positions", positions);
+  Attrs a;
+  if (scale) a.set("scale", *scale);
+  const std::vector<Tensor> in{q, k_cache, v_cache, block_tables, seq_ids, positions};
+  return call_op1(KILN_OP("paged_attention"), in, a);
 }
 
 }  // namespace kiln::ops

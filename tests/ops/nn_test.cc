@@ -12,6 +12,8 @@
 #include "kiln/ops/creation.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/nn.h"
+#include "kiln/ops/random.h"
+#include "kiln/ops/shape.h"
 #include "op_table.h"
 
 namespace kiln::testing {
@@ -266,6 +268,97 @@ TEST(NnOps, AreRegisteredDifferentiableWithCpuKernels) {
     for (DType t : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16})
       EXPECT_NE(d.kernel(DeviceType::kCPU, t), nullptr) << dtype_name(t);
   }
+}
+
+// ---- paged_attention ------------------------------------------------------------------
+
+// Two sequences over a pool of 6 blocks of 3 positions (non-contiguous block tables,
+// grouped-query heads), five queries at various positions, against a float64 loop.
+struct PagedCase {
+  Tensor q, k, v, tables, seqs, pos;
+  std::vector<double> want;  // [T, H, d]
+};
+PagedCase paged_case(DType q_dtype, DType kv_dtype) {
+  const int64_t T = 5, H = 4, d = 8, N = 6, B = 3, hkv = 2;
+  PagedCase c;
+  c.q = random_normal({T, H, d}, 0, 1, DType::kF32, 11).to(q_dtype);
+  c.k = random_normal({N, B, hkv, d}, 0, 1, DType::kF32, 12).to(kv_dtype);
+  c.v = random_normal({N, B, hkv, d}, 0, 1, DType::kF32, 13).to(kv_dtype);
+  const std::vector<int32_t> tables = {4, 1, 5, 0, 2, 0}, seqs = {0, 0, 1, 1, 0}, pos = {7, 8, 0, 4, 2};
+  c.tables = Tensor::from_vector(tables, {2, 3});
+  c.seqs = Tensor::from_vector(seqs, {T});
+  c.pos = Tensor::from_vector(pos, {T});
+  const std::vector<float> q = c.q.to_vector<float>(), k = c.k.to_vector<float>(), v = c.v.to_vector<float>();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t kh = h / (H / hkv), n = pos[static_cast<size_t>(t)] + 1;
+      std::vector<double> sc(static_cast<size_t>(n));
+      double mx = -1e300, sum = 0;
+      auto at = [&](int64_t p) { return ((tables[static_cast<size_t>(seqs[static_cast<size_t>(t)] * 3 + p / B)] * B + p % B) * hkv + kh) * d; };
+      for (int64_t p = 0; p < n; ++p) {
+        double dot = 0;
+        for (int64_t i = 0; i < d; ++i) dot += static_cast<double>(q[static_cast<size_t>((t * H + h) * d + i)]) * k[static_cast<size_t>(at(p) + i)];
+        sc[static_cast<size_t>(p)] = dot / std::sqrt(static_cast<double>(d));
+        mx = std::max(mx, sc[static_cast<size_t>(p)]);
+      }
+      for (double& x : sc) sum += x = std::exp(x - mx);
+      for (int64_t i = 0; i < d; ++i) {
+        double o = 0;
+        for (int64_t p = 0; p < n; ++p) o += sc[static_cast<size_t>(p)] / sum * v[static_cast<size_t>(at(p) + i)];
+        c.want.push_back(o);
+      }
+    }
+  return c;
+}
+
+void expect_paged_matches(Device device, DType q_dtype, DType kv_dtype, double tol) {
+  const PagedCase c = paged_case(q_dtype, kv_dtype);
+  const Tensor got = paged_attention(c.q.to(device), c.k.to(device), c.v.to(device), c.tables.to(device), c.seqs.to(device),
+                                     c.pos.to(device));
+  ASSERT_EQ(got.shape(), c.q.shape());
+  ASSERT_EQ(got.dtype(), q_dtype);
+  const std::vector<float> g = got.to(Device::cpu()).to_vector<float>();
+  double worst = 0;
+  for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::fabs(g[i] - c.want[i]));
+  EXPECT_LT(worst, tol) << device.str() << " q " << dtype_name(q_dtype) << " cache " << dtype_name(kv_dtype);
+}
+
+TEST(PagedAttention, MatchesAFloat64LoopOverTheBlockTables) {
+  expect_paged_matches(Device::cpu(), DType::kF32, DType::kF32, 1e-5);
+  expect_paged_matches(Device::cpu(), DType::kF32, DType::kF16, 1e-5);  // the same f16 values in the reference
+  expect_paged_matches(Device::cpu(), DType::kBF16, DType::kF16, 2e-2);  // the output rounded to bf16
+  expect_paged_matches(Device::cpu(), DType::kF16, DType::kBF16, 4e-3);
+}
+
+TEST(PagedAttention, BadInputsAreTypedErrors) {
+  const PagedCase c = paged_case(DType::kF32, DType::kF16);
+  auto call = [&](const Tensor& q, const Tensor& k, const Tensor& tables, const Tensor& seqs, const Tensor& pos) {
+    return paged_attention(q, k, k, tables, seqs, pos);
+  };
+  EXPECT_KILN_ERROR(call(reshape(c.q, {5, 32}), c.k, c.tables, c.seqs, c.pos), kInvalidArgument, "[T, H, d]");
+  EXPECT_KILN_ERROR(call(reshape(c.q, {5, 2, 16}), c.k, c.tables, c.seqs, c.pos), kInvalidArgument, "head sizes");
+  EXPECT_KILN_ERROR(call(c.q, reshape(c.k, {4, 3, 3, 8}), c.tables, c.seqs, c.pos), kInvalidArgument, "multiple of Hkv");
+  EXPECT_KILN_ERROR(paged_attention(c.q, c.k, c.v.to(DType::kF32), c.tables, c.seqs, c.pos), kInvalidArgument, "v_cache");
+  EXPECT_KILN_ERROR(call(c.q, c.k, c.tables.to(DType::kI64), c.seqs, c.pos), kInvalidArgument, "block_tables must be i32");
+  EXPECT_KILN_ERROR(call(c.q, c.k, c.tables, c.seqs.to(DType::kI64), c.pos), kInvalidArgument, "seq_ids and positions");
+  EXPECT_KILN_ERROR(call(c.q.to(DType::kF64), c.k, c.tables, c.seqs, c.pos), kInvalidArgument, "f32, f16 or bf16");
+  EXPECT_KILN_ERROR(call(c.q, c.k, c.tables, Tensor::from_vector<int32_t>({0, 0, 2, 1, 0}, {5}), c.pos), kOutOfRange,
+                    "names sequence 2");
+  EXPECT_KILN_ERROR(call(c.q, c.k, c.tables, c.seqs, Tensor::from_vector<int32_t>({7, 9, 0, 4, 2}, {5})), kOutOfRange,
+                    "position 9");
+  EXPECT_KILN_ERROR(call(c.q, c.k, Tensor::from_vector<int32_t>({4, 1, 6, 0, 2, 0}, {2, 3}), c.seqs, c.pos), kOutOfRange,
+                    "the cache has 6 blocks");
+}
+
+TEST(PagedAttention, OnCudaMatchesTheReference) {
+  Backend* b = find_backend(DeviceType::kCUDA);
+  if (!b) GTEST_SKIP() << "no CUDA backend: " << backend_unavailable_reason(DeviceType::kCUDA);
+  if (b->device_count() == 0) GTEST_SKIP() << "no CUDA device: " << b->no_device_reason();
+  const Device cuda{DeviceType::kCUDA, 0};
+  expect_paged_matches(cuda, DType::kF32, DType::kF32, 1e-5);
+  expect_paged_matches(cuda, DType::kF32, DType::kF16, 1e-5);
+  expect_paged_matches(cuda, DType::kBF16, DType::kF16, 2e-2);
+  expect_paged_matches(cuda, DType::kF16, DType::kBF16, 4e-3);
 }
 
 }  // namespace

@@ -168,6 +168,24 @@ Tensor embedding(const Tensor& table, const Tensor& ids);
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
                                     bool causal = false, std::optional<double> scale = std::nullopt);
 
+// Attention over a paged KV cache (vLLM's PagedAttention, the language-model runtime's
+// tensor path): every sequence's keys and values live in fixed-size blocks of one pool,
+// listed by its block table, and each query reads its own sequence's positions in place.
+//   q            [T, H, d]        f32, f16 or bf16
+//   k_cache      [N, B, Hkv, d]   f32, f16 or bf16: N blocks of B positions
+//   v_cache      k_cache's shape and dtype
+//   block_tables i32 [S, M]: block_tables[s][j] holds positions j*B .. j*B + B-1 of sequence s
+//   seq_ids      i32 [T]: the sequence (row of block_tables) of query t
+//   positions    i32 [T]: query t attends to positions 0 .. positions[t] of its sequence
+// -> [T, H, d] in q's dtype: softmax over those positions of scale * q.k, times v; query
+// head h reads KV head h / (H / Hkv) (grouped-query attention); sums in f32. scale
+// defaults to 1/sqrt(d). Not differentiable. Errors: ranks, shapes, dtypes, H not a
+// multiple of Hkv (InvalidArgumentError); on the CPU a sequence id, a position past M*B
+// or a block id outside the pool (OutOfRangeError; on CUDA they are the caller's
+// contract, not checked).
+Tensor paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_tables,
+                       const Tensor& seq_ids, const Tensor& positions, std::optional<double> scale = std::nullopt);
+
 // ---- int8 inference (post-training quantisation) ------------------------------------
 //
 // Activations are quantised per tensor to u8 with a zero point, weights per output

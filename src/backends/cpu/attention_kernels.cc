@@ -11,8 +11,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "kiln/core/error.h"
+#include "kiln/core/half.h"
 #include "kiln/core/kernel.h"
 #include "kiln/core/parallel.h"
 #include "nn_kernel_util.h"
@@ -174,6 +177,82 @@ void attention(OpContext& ctx) {
 }
 
 KILN_NN_REG_FLOAT("scaled_dot_product_attention", attention);
+
+// paged_attention: one job per (query, KV head); the query heads that share the KV head
+// walk the query's positions once, block by block, reading keys and values in place;
+// scores and sums in f32 (a row of scores per head, then softmax, then the value sum).
+template <typename Q, typename KV>
+void paged_attention_typed(OpContext& ctx) {
+  const Tensor &q = ctx.in[0], &kc = ctx.in[1], &vc = ctx.in[2], &tables = ctx.in[3];
+  const int64_t T = q.dim(0), H = q.dim(1), d = q.dim(2), N = kc.dim(0), B = kc.dim(1), hkv = kc.dim(2);
+  const int64_t S = tables.dim(0), M = tables.dim(1), group = H / hkv;
+  const float scale = static_cast<float>(ctx.attrs.has("scale") ? ctx.attrs.get_float("scale")
+                                                                : 1.0 / std::sqrt(static_cast<double>(d)));
+  const int32_t* tab = static_cast<const int32_t*>(tables.raw_data());
+  const int32_t* seq = static_cast<const int32_t*>(ctx.in[4].raw_data());
+  const int32_t* pos = static_cast<const int32_t*>(ctx.in[5].raw_data());
+  for (int64_t t = 0; t < T; ++t) {
+    if (seq[t] < 0 || seq[t] >= S)
+      throw OutOfRangeError("paged_attention: query " + std::to_string(t) + " names sequence " + std::to_string(seq[t]) +
+                            ", block_tables has " + std::to_string(S));
+    if (pos[t] < 0 || pos[t] >= M * B)
+      throw OutOfRangeError("paged_attention: query " + std::to_string(t) + " is at position " + std::to_string(pos[t]) +
+                            ", a block table holds " + std::to_string(M * B));
+    for (int64_t j = 0; j <= pos[t] / B; ++j) {
+      const int32_t b = tab[seq[t] * M + j];
+      if (b < 0 || b >= N)
+        throw OutOfRangeError("paged_attention: block_tables[" + std::to_string(seq[t]) + "][" + std::to_string(j) + "] is " +
+                              std::to_string(b) + ", the cache has " + std::to_string(N) + " blocks");
+    }
+  }
+  const Q* qd = static_cast<const Q*>(q.raw_data());
+  const KV* kd = static_cast<const KV*>(kc.raw_data());
+  const KV* vd = static_cast<const KV*>(vc.raw_data());
+  Q* od = static_cast<Q*>(ctx.out[0].raw_data());
+  parallel_for(T * hkv, 1, [&](int64_t j0, int64_t j1) {
+    std::vector<float> qf(static_cast<size_t>(d)), acc(static_cast<size_t>(d)), sc;
+    for (int64_t job = j0; job < j1; ++job) {
+      const int64_t t = job / hkv, kh = job % hkv, n = pos[t] + 1;
+      const int32_t* blocks = tab + seq[t] * M;
+      sc.resize(static_cast<size_t>(n));
+      auto row = [&](const KV* base, int64_t p) { return base + ((blocks[p / B] * B + p % B) * hkv + kh) * d; };
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t h = kh * group + g;
+        for (int64_t i = 0; i < d; ++i) qf[static_cast<size_t>(i)] = static_cast<float>(qd[(t * H + h) * d + i]);
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t p = 0; p < n; ++p) {
+          const KV* k = row(kd, p);
+          float dot = 0;
+          for (int64_t i = 0; i < d; ++i) dot += qf[static_cast<size_t>(i)] * static_cast<float>(k[i]);
+          sc[static_cast<size_t>(p)] = dot * scale;
+          mx = std::max(mx, sc[static_cast<size_t>(p)]);
+        }
+        float sum = 0;
+        for (int64_t p = 0; p < n; ++p) sum += sc[static_cast<size_t>(p)] = std::exp(sc[static_cast<size_t>(p)] - mx);
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t p = 0; p < n; ++p) {
+          const KV* v = row(vd, p);
+          const float w = sc[static_cast<size_t>(p)] / sum;
+          for (int64_t i = 0; i < d; ++i) acc[static_cast<size_t>(i)] += w * static_cast<float>(v[i]);
+        }
+        for (int64_t i = 0; i < d; ++i) od[(t * H + h) * d + i] = static_cast<Q>(acc[static_cast<size_t>(i)]);
+      }
+    }
+  });
+}
+
+template <typename Q>
+void paged_attention(OpContext& ctx) {
+  switch (ctx.in[1].dtype()) {
+    case DType::kF16: return paged_attention_typed<Q, half>(ctx);
+    case DType::kBF16: return paged_attention_typed<Q, bfloat16>(ctx);
+    default: return paged_attention_typed<Q, float>(ctx);
+  }
+}
+
+KILN_REGISTER_KERNEL("paged_attention", kCPU, DType::kF32, paged_attention<float>);
+KILN_REGISTER_KERNEL("paged_attention", kCPU, DType::kF16, paged_attention<half>);
+KILN_REGISTER_KERNEL("paged_attention", kCPU, DType::kBF16, paged_attention<bfloat16>);
 
 }  // namespace
 }  // namespace kiln::cpu

@@ -2,6 +2,7 @@
 // Batch dims of q, k, v and the mask broadcast (right-aligned); the mask is bool (false
 // masks out) or q's dtype (f32 for f16/bf16 q) and is added to the scaled scores;
 // causal is top-left aligned (query i sees keys j <= i); rows that see no key are 0.
+// And paged_attention over a paged KV cache (one warp per query and head).
 #include <cmath>
 #include <string>
 
@@ -60,6 +61,37 @@ void attention(OpContext& ctx) {
 }
 
 KILN_REGISTER_KERNEL("scaled_dot_product_attention", kCUDA, KILN_CUDA_FLOAT_DTYPES, attention);
+
+// paged_attention: indices are the caller's contract here (not checked on the device).
+void paged_attention(OpContext& ctx) {
+  const Tensor &q = ctx.in[0], &kc = ctx.in[1], &tables = ctx.in[3];
+  Tensor& out = ctx.out[0];
+  if (out.numel() == 0) return;
+  PagedAttentionProblem p;
+  p.q = q.raw_data();
+  p.k = kc.raw_data();
+  p.v = ctx.in[2].raw_data();
+  p.tables = static_cast<const int32_t*>(tables.raw_data());
+  p.seq = static_cast<const int32_t*>(ctx.in[4].raw_data());
+  p.pos = static_cast<const int32_t*>(ctx.in[5].raw_data());
+  p.out = out.raw_data();
+  p.T = q.dim(0);
+  p.H = static_cast<int>(q.dim(1));
+  p.d = static_cast<int>(q.dim(2));
+  p.B = static_cast<int>(kc.dim(1));
+  p.hkv = static_cast<int>(kc.dim(2));
+  p.M = static_cast<int>(tables.dim(1));
+  p.scale = static_cast<float>(ctx.attrs.has("scale") ? ctx.attrs.get_float("scale") : 1.0 / std::sqrt(static_cast<double>(p.d)));
+  if (p.d > kPagedMaxHeadDim)
+    throw UnimplementedError("paged_attention on CUDA: head size " + std::to_string(p.d) + " (at most " +
+                             std::to_string(kPagedMaxHeadDim) + ")");
+  if (p.T * p.H > 0x7fffffff) throw UnimplementedError("paged_attention on CUDA: too many queries x heads");
+  KernelScope s(out);
+  launch_paged_attention(p, q.dtype(), kc.dtype(), s.stream);
+}
+
+KILN_REGISTER_KERNEL("paged_attention", kCUDA, (std::initializer_list<DType>{DType::kF32, DType::kF16, DType::kBF16}),
+                     paged_attention);
 
 }  // namespace
 }  // namespace kiln::cuda

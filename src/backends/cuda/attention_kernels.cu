@@ -218,7 +218,79 @@ __global__ void __launch_bounds__(kThreadsA) attention_kernel(AttentionProblem p
   }
 }
 
+// paged_attention: block (query t, head h) = one warp; lane l holds dimensions l, l + 32,
+// ... of q (pre-scaled) and of the output accumulator; per position, the key's partial
+// dots are summed across the warp, then the running maximum, sum and accumulator are
+// updated (online softmax, f32).
+template <typename Q, typename KV>
+__global__ void paged_attention_kernel(PagedAttentionProblem p) {
+  constexpr int kPer = kPagedMaxHeadDim / 32;
+  const int64_t th = blockIdx.x;  // t * H + h
+  const int64_t t = th / p.H;
+  const int h = static_cast<int>(th % p.H), kh = h / (p.H / p.hkv), lane = threadIdx.x;
+  const Q* q = static_cast<const Q*>(p.q);
+  const KV* k = static_cast<const KV*>(p.k);
+  const KV* v = static_cast<const KV*>(p.v);
+  float qv[kPer], acc[kPer];
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    const int i = lane + 32 * r;
+    qv[r] = i < p.d ? load_as<float>(q, th * p.d + i) * p.scale : 0.0f;
+    acc[r] = 0.0f;
+  }
+  const int32_t* blocks = p.tables + static_cast<int64_t>(p.seq[t]) * p.M;
+  const int n = p.pos[t] + 1;
+  float m = -INFINITY, l = 0.0f;
+  for (int pos = 0; pos < n; ++pos) {
+    const int64_t base = ((static_cast<int64_t>(blocks[pos / p.B]) * p.B + pos % p.B) * p.hkv + kh) * p.d;
+    float dot = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kPer; ++r) {
+      const int i = lane + 32 * r;
+      if (i < p.d) dot += qv[r] * load_as<float>(k, base + i);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    const float m_new = fmaxf(m, dot), alpha = __expf(m - m_new), w = __expf(dot - m_new);
+    l = l * alpha + w;
+#pragma unroll
+    for (int r = 0; r < kPer; ++r) {
+      const int i = lane + 32 * r;
+      if (i < p.d) acc[r] = acc[r] * alpha + w * load_as<float>(v, base + i);
+    }
+    m = m_new;
+  }
+  Q* out = static_cast<Q*>(p.out);
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    const int i = lane + 32 * r;
+    if (i < p.d) store_from(out, th * p.d + i, acc[r] / l);
+  }
+}
+
+template <typename Q>
+void launch_paged_typed(const PagedAttentionProblem& p, DType kv_dtype, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>(p.T * p.H);
+  switch (kv_dtype) {
+    case DType::kF16: paged_attention_kernel<Q, __half><<<blocks, 32, 0, stream>>>(p); break;
+    case DType::kBF16: paged_attention_kernel<Q, __nv_bfloat16><<<blocks, 32, 0, stream>>>(p); break;
+    case DType::kF32: paged_attention_kernel<Q, float><<<blocks, 32, 0, stream>>>(p); break;
+    default: throw_bad_dtype("paged_attention", kv_dtype);
+  }
+}
+
 }  // namespace
+
+void launch_paged_attention(const PagedAttentionProblem& p, DType q_dtype, DType kv_dtype, cudaStream_t stream) {
+  if (p.T * p.H == 0) return;
+  switch (q_dtype) {
+    case DType::kF16: launch_paged_typed<__half>(p, kv_dtype, stream); break;
+    case DType::kBF16: launch_paged_typed<__nv_bfloat16>(p, kv_dtype, stream); break;
+    case DType::kF32: launch_paged_typed<float>(p, kv_dtype, stream); break;
+    default: throw_bad_dtype("paged_attention", q_dtype);
+  }
+  KILN_CUDA_CHECK_LAUNCH();
+}
 
 size_t attention_smem_bytes(DType dtype, int64_t d, int64_t dv) {
   const size_t es = dtype == DType::kF64 ? sizeof(double) : sizeof(float);

@@ -34,4 +34,19 @@ size_t attention_smem_bytes(DType dtype, int64_t d, int64_t dv);
 // are 0. Floating dtypes; 16-bit floats compute in float, f64 in double.
 void launch_attention(const AttentionProblem& p, DType dtype, cudaStream_t stream);
 
+// paged_attention: q [T, H, d], caches [N, B, Hkv, d], block tables i32 [S, M], per
+// query its sequence and last position (i32 [T]); out [T, H, d] in q's dtype.
+struct PagedAttentionProblem {
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  const int32_t *tables = nullptr, *seq = nullptr, *pos = nullptr;
+  void* out = nullptr;
+  int64_t T = 0;
+  int H = 0, d = 0, B = 0, hkv = 0, M = 0;
+  float scale = 1.0f;
+};
+constexpr int kPagedMaxHeadDim = 256;
+
+// One warp per (query, head) walks the query's positions with an online softmax in f32.
+void launch_paged_attention(const PagedAttentionProblem& p, DType q_dtype, DType kv_dtype, cudaStream_t stream);
+
 }  // namespace kiln::cuda
