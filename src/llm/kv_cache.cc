@@ -246,9 +246,4 @@ Tensor KvCache::layer_rows(int64_t layer, int kv) const {
   return Tensor(pool_.storage(), offset(0, layer, kv, 0) * sizeof(half), Shape{n_blocks_, block_tokens_, kv_dim_}, DType::kF16);
 }
 
-void* KvCache::row_address(int32_t block, int64_t layer, int kv, int64_t slot) const {
-  expect_layout(KvLayout::kRows, "row_address");
-  return data() + offset(block, layer, kv, slot);
-}
-
 }  // namespace kiln::llm

@@ -53,13 +53,6 @@ Tensor rope(const Tensor& x, const Tensor& cs, const Tensor& sn, const ModelConf
   return y;
 }
 
-// Consecutive batch tokens of one sequence: they attend together.
-struct Run {
-  int64_t t0, m;  // batch tokens [t0, t0 + m)
-  int64_t n;      // positions the last of them attends to (its position + 1)
-  KvCache::SeqId seq;
-};
-
 }  // namespace
 
 size_t TensorWeights::bytes() const {
@@ -128,27 +121,17 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
     rope_angles(batch[t].pos, c, cs.data() + t * hr, sn.data() + t * hr);
   }
   const Tensor rope_cos = Tensor::from_vector(cs, {T, 1, hr}).to(dev), rope_sin = Tensor::from_vector(sn, {T, 1, hr}).to(dev);
-  std::vector<Run> runs;
-  for (int64_t t = 0; t < T;) {
-    int64_t e = t + 1;
-    while (e < T && batch[e].seq == batch[t].seq) ++e;
-    runs.push_back({t, e - t, batch[e - 1].pos + 1, batch[t].seq});
-    t = e;
-  }
   // The step's sequences' block tables (one row each, padded with block 0, never read)
   // and each token's row and position, for paged attention.
   std::vector<KvCache::SeqId> seqs;
   std::vector<int32_t> seq_ids(static_cast<size_t>(T)), positions(static_cast<size_t>(T));
   int64_t max_blocks = 1;
-  for (const Run& r : runs) {
-    const auto it = std::find(seqs.begin(), seqs.end(), r.seq);
-    const int32_t row = static_cast<int32_t>(it - seqs.begin());
-    if (it == seqs.end()) seqs.push_back(r.seq);
-    for (int64_t t = r.t0; t < r.t0 + r.m; ++t) {
-      seq_ids[static_cast<size_t>(t)] = row;
-      positions[static_cast<size_t>(t)] = static_cast<int32_t>(batch[t].pos);
-    }
-    max_blocks = std::max(max_blocks, (r.n + bs - 1) / bs);
+  for (int64_t t = 0; t < T; ++t) {
+    const auto it = std::find(seqs.begin(), seqs.end(), batch[t].seq);
+    seq_ids[static_cast<size_t>(t)] = static_cast<int32_t>(it - seqs.begin());
+    if (it == seqs.end()) seqs.push_back(batch[t].seq);
+    positions[static_cast<size_t>(t)] = static_cast<int32_t>(batch[t].pos);
+    max_blocks = std::max(max_blocks, batch[t].pos / bs + 1);
   }
   std::vector<int32_t> table(seqs.size() * static_cast<size_t>(max_blocks), 0);
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -159,21 +142,16 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
   const Tensor block_tables = Tensor::from_vector(table, {static_cast<int64_t>(seqs.size()), max_blocks}).to(dev);
   const Tensor seq_of = Tensor::from_vector(seq_ids, {T}).to(dev), pos_of = Tensor::from_vector(positions, {T}).to(dev);
 
-  Backend& backend = backend_for(dev);
-  // Writes rows [T, kv_dim] (f16, on the device) of `layer` to the tokens' cache slots.
-  auto store = [&](const Tensor& rows, int64_t layer, int kv) {
-    const auto* src = static_cast<const uint8_t*>(rows.raw_data());
-    const size_t row_bytes = static_cast<size_t>(kv_dim) * sizeof(half);
-    for (const Run& r : runs) {
-      const std::vector<int32_t>& table = cache.blocks(r.seq);
-      for (int64_t i = 0; i < r.m;) {
-        const int64_t pos = batch[r.t0 + i].pos, slot = pos % bs, n = std::min(r.m - i, bs - slot);
-        backend.copy_on_device(cache.row_address(table[static_cast<size_t>(pos / bs)], layer, kv, slot),
-                               src + static_cast<size_t>(r.t0 + i) * row_bytes, static_cast<size_t>(n) * row_bytes, dev.index);
-        i += n;
-      }
-    }
-  };
+  // Each token's cache row (block * block_tokens + slot) in a layer's [blocks x
+  // block_tokens, kv_dim] keys or values: where its key and value are written.
+  std::vector<int32_t> slots(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    const std::vector<int32_t>& blocks = cache.blocks(batch[t].seq);
+    slots[static_cast<size_t>(t)] = static_cast<int32_t>(blocks[static_cast<size_t>(batch[t].pos / bs)] * bs + batch[t].pos % bs);
+  }
+  const Tensor rows_of = Tensor::from_vector(slots, {T}).to(dev);
+  const Shape flat{cache.total_blocks() * bs, kv_dim}, pool{cache.total_blocks(), bs, c.n_head_kv, hd};
+
   Tensor x = ops::embedding(w.embedding, Tensor::from_vector(ids, {T}).to(dev));  // [T, d]
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const TensorWeights::Layer& L = w.layers[static_cast<size_t>(l)];
@@ -184,13 +162,12 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
     const Tensor q = rope(ops::reshape(parts[0], {T, c.n_head, hd}), rope_cos, rope_sin, c);
     const Tensor k = rope(ops::reshape(parts[1], {T, c.n_head_kv, hd}), rope_cos, rope_sin, c);
     const Tensor& v = parts[2];
-    const Tensor k16 = ops::cast(k, DType::kF16), v16 = ops::cast(v, DType::kF16);
-    store(k16, l, 0);
-    store(v16, l, 1);
-    const Shape pool{cache.total_blocks(), bs, c.n_head_kv, hd};
-    const Tensor keys = cache.layer_rows(l, 0).reshape(pool), values = cache.layer_rows(l, 1).reshape(pool);
+    const Tensor keys = cache.layer_rows(l, 0), values = cache.layer_rows(l, 1);
+    ops::index_copy(keys.reshape(flat), rows_of, ops::cast(ops::reshape(k, {T, kv_dim}), DType::kF16), true);
+    ops::index_copy(values.reshape(flat), rows_of, ops::cast(v, DType::kF16), true);
     const Tensor att =
-        ops::reshape(ops::paged_attention(q, keys, values, block_tables, seq_of, pos_of, scale), {T, q_dim});
+        ops::reshape(ops::paged_attention(q, keys.reshape(pool), values.reshape(pool), block_tables, seq_of, pos_of, scale),
+                     {T, q_dim});
     x = x + linear(att, L.wo);
     const Tensor h2 = ops::rms_norm(x, L.ffn_norm, c.rms_eps);
     const std::vector<Tensor> gate_up = ops::split(linear(h2, L.gate_up), 2, 1);

@@ -9,8 +9,8 @@
 // memory and runs on Tensor Cores; f32 is exact); activations, norms, rotary embedding
 // and attention stay f32, and a matmul rounds its input to the weights' dtype. The KV
 // cache is f16 in KvLayout::kRows on the device: a step writes its keys and values with
-// device copies (one per layer, K or V, and run of a sequence's tokens in one block) and
-// each sequence's attention gathers its blocks.
+// ops::index_copy in place (per layer, one call for the keys and one for the values of
+// every token) and reads them with ops::paged_attention (one call per layer).
 #include <memory>
 #include <span>
 

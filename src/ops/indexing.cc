@@ -78,6 +78,19 @@ std::vector<TensorMeta> infer_scatter_add(std::span<const TensorMeta> in, const 
   return {in[0]};
 }
 
+std::vector<TensorMeta> infer_index_copy(std::span<const TensorMeta> in, const Attrs&) {
+  require_index_dtype("index_copy", in[1]);
+  const Shape &x = in[0].shape, &ix = in[1].shape, &rows = in[2].shape;
+  if (x.rank() < 1 || ix.rank() != 1)
+    throw InvalidArgumentError(str_cat("index_copy: x must have rank >= 1 and indices rank 1, got ", x.str(), " and ", ix.str()));
+  Shape want = x;
+  want[0] = ix[0];
+  if (rows != want || in[2].dtype != in[0].dtype)
+    throw InvalidArgumentError(str_cat("index_copy: rows must be ", dtype_str(in[0].dtype), " ", want.str(), " (one row of x ",
+                                       x.str(), " per index), got ", dtype_str(in[2].dtype), " ", rows.str()));
+  return {in[0]};
+}
+
 std::vector<TensorMeta> infer_one_hot(std::span<const TensorMeta> in, const Attrs& a) {
   require_index_dtype("one_hot", in[0]);
   int64_t depth = a.get_int("depth");
@@ -111,6 +124,12 @@ KILN_REGISTER_OP(detail::make_def("gather_nd", "slices of params at index tuples
                      Differentiable::kYes));
 KILN_REGISTER_OP(detail::make_def("scatter_add", "x with updates added at indices along axis (vjp of gather)", 3,
                      infer_scatter_add, {{"axis", AttrType::kInt, "scattered axis of x"}}, Differentiable::kYes));
+KILN_REGISTER_OP([] {
+  OpDef o = detail::make_def("index_copy", "x with the rows at indices replaced (axis 0)", 3, infer_index_copy, {},
+                             Differentiable::kYes);
+  o.overwritable = {{0, 0}};  // out row j is x's row j or a new row: x may be written in place
+  return o;
+}());
 KILN_REGISTER_OP([] {
   OpDef o = detail::make_def("one_hot", "one-hot encoding of integer indices", 1, infer_one_hot,
                 {{"depth", AttrType::kInt, "number of classes"},
@@ -158,6 +177,15 @@ Tensor scatter_add(const Tensor& x, const Tensor& indices, const Tensor& updates
   if (x.dtype() == DType::kBool) throw InvalidArgumentError("scatter_add: x must be numeric, got bool");
   Tensor u = updates.dtype() == x.dtype() ? updates : cast(updates, x.dtype());
   return detail::call1(KILN_OP("scatter_add"), {x, as_index("scatter_add", indices), u}, {{"axis", axis}});
+}
+
+Tensor index_copy(const Tensor& x, const Tensor& indices, const Tensor& rows, bool in_place) {
+  require_defined("index_copy", {&x, &indices, &rows});
+  const std::vector<Tensor> in{x, as_index("index_copy", indices), rows.dtype() == x.dtype() ? rows : cast(rows, x.dtype())};
+  if (!in_place || op_observer() != nullptr) return call_op1(KILN_OP("index_copy"), in, {});
+  std::vector<Tensor> out{x};
+  call_op_into(KILN_OP("index_copy"), in, out, {});
+  return x;
 }
 
 Tensor one_hot(const Tensor& indices, int64_t depth, double on_value, double off_value, DType dtype, int64_t axis) {

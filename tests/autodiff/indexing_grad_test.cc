@@ -57,6 +57,11 @@ KILN_GRAD_CASES({
        return inner_grad(x[0], [](const Tensor& t) { return ops::gather_nd(t, i32({1, 2, 0, 0, 1, 2}, {3, 2})); });
      }},
 
+    {"index_copy/rows", {"index_copy"}, {rnd({5, 3}, 130), i32({4, 0, 2}, {3}), rnd({3, 3}, 131)},
+     [](In x) { return ops::index_copy(x[0], x[1], x[2]); }},
+    // Nonlinear in both inputs, so the second-order check reaches index_copy's vjp.
+    {"index_copy/nonlinear", {"index_copy"}, {rnd({4, 2}, 132), i64({3, 1}, {2}), rnd({2, 2}, 133)},
+     [](In x) { return ops::square(ops::index_copy(ops::square(x[0]), x[1], ops::mul(x[2], x[2]))); }},
     {"scatter_add/axis0_repeats", {"scatter_add"}, {rnd({4, 2}, 114), i32({1, 3, 1}, {3}), rnd({3, 2}, 115)},
      [](In x) { return ops::scatter_add(x[0], x[1], x[2]); }},
     {"scatter_add/axis1", {"scatter_add"}, {rnd({2, 3, 2}, 116), i64({2, 0, 2, 2}, {2, 2}), rnd({2, 2, 2, 2}, 117)},

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/core/device.h"
+#include "kiln/ops/creation.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/shape.h"
 
@@ -232,6 +234,55 @@ TEST(IndexErrors, BadShapesAndDtypes) {
   EXPECT_KILN_ERROR(top_k(p, -1), kInvalidArgument, "got -1");
   EXPECT_KILN_ERROR(top_k(Tensor::zeros({}), 1), kInvalidArgument, "rank >= 1");
   EXPECT_KILN_ERROR(gather(p, Tensor()), kInvalidArgument, "undefined");
+}
+
+// index_copy: rows replaced (a repeated index: the last row), any dtype, in place into
+// x's own buffer, errors.
+TEST(IndexCopy, ReplacesRowsCopyingOrInPlace) {
+  const Tensor x = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5, 6, 7}, {4, 2});
+  const Tensor rows = Tensor::from_vector<float>({10, 11, 20, 21, 30, 31}, {3, 2});
+  const Tensor got = index_copy(x, Tensor::from_vector<int32_t>({3, 0, 3}, {3}), rows);
+  EXPECT_EQ(got.to_vector<float>(), (std::vector<float>{20, 21, 2, 3, 4, 5, 30, 31}));
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7}));  // x unchanged
+  const Tensor h = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5}, {3, 2}).to(DType::kF16);
+  const Tensor same = index_copy(h, Tensor::from_vector<int64_t>({1}, {1}), Tensor::from_vector<float>({9, 8}, {1, 2}), true);
+  EXPECT_TRUE(same.is_same(h));
+  EXPECT_EQ(h.to_vector<float>(), (std::vector<float>{0, 1, 9, 8, 4, 5}));  // rows cast to f16, written into h
+  const Tensor b = index_copy(Tensor::from_vector<bool>({false, false, false}, {3}), Tensor::from_vector<int32_t>({2}, {1}),
+                              Tensor::from_vector<bool>({true}, {1}));
+  EXPECT_EQ(b.to_vector<bool>(), (std::vector<bool>{false, false, true}));
+  // Nothing to copy: x itself (a copy of it).
+  EXPECT_EQ(index_copy(x, Tensor::from_vector<int32_t>({}, {0}), Tensor::zeros({0, 2})).to_vector<float>(), x.to_vector<float>());
+}
+
+TEST(IndexCopy, BadInputsAreTypedErrors) {
+  const Tensor x = Tensor::zeros({4, 2});
+  const Tensor one = Tensor::zeros({1, 2});
+  EXPECT_KILN_ERROR(index_copy(x, Tensor::from_vector<int32_t>({4}, {1}), one), kOutOfRange, "index_copy");
+  EXPECT_KILN_ERROR(index_copy(x, Tensor::from_vector<int32_t>({-1}, {1}), one), kOutOfRange, "index_copy");
+  EXPECT_KILN_ERROR(index_copy(x, Tensor::from_vector<int32_t>({1}, {1}), Tensor::zeros({1, 3})), kInvalidArgument,
+                    "rows must be f32 [1, 2]");
+  EXPECT_KILN_ERROR(index_copy(x, Tensor::from_vector<int32_t>({1, 2}, {1, 2}), one), kInvalidArgument, "rank 1");
+  EXPECT_KILN_ERROR(index_copy(Tensor::scalar<float>(1), Tensor::from_vector<int32_t>({0}, {1}), one), kInvalidArgument,
+                    "rank >= 1");
+  EXPECT_KILN_ERROR(index_copy(x, Tensor::from_vector<float>({1}, {1}), one), kInvalidArgument, "index_copy");
+}
+
+TEST(IndexCopy, OnCudaMatchesTheCpu) {
+  Backend* be = find_backend(DeviceType::kCUDA);
+  if (!be) GTEST_SKIP() << "no CUDA backend: " << backend_unavailable_reason(DeviceType::kCUDA);
+  if (be->device_count() == 0) GTEST_SKIP() << "no CUDA device: " << be->no_device_reason();
+  const Device cuda{DeviceType::kCUDA, 0};
+  for (DType dt : {DType::kF32, DType::kF16, DType::kI64, DType::kU8}) {
+    const Tensor x = (arange(24.0) + 0.0).to(dt).reshape({8, 3});
+    const Tensor rows = (arange(9.0) + 100.0).to(dt).reshape({3, 3});
+    const Tensor idx = Tensor::from_vector<int32_t>({6, 1, 4}, {3});
+    const Tensor want = index_copy(x, idx, rows);
+    EXPECT_TRUE(array_equal(index_copy(x.to(cuda), idx.to(cuda), rows.to(cuda)).to(Device::cpu()), want)) << dtype_name(dt);
+    Tensor on = x.to(cuda);
+    index_copy(on, idx.to(cuda), rows.to(cuda), true);
+    EXPECT_TRUE(array_equal(on.to(Device::cpu()), want)) << dtype_name(dt) << " in place";
+  }
 }
 
 }  // namespace

@@ -99,10 +99,9 @@ class KvCache {
   const half* block_values(int32_t block, int64_t layer) const;
 
   // kRows (InternalError otherwise): the keys (kv = 0) or values (kv = 1) of `layer`
-  // as a tensor [n_blocks, block_tokens, kv_dim] sharing the pool's storage, and the
-  // device address of position `slot` of `block` in it.
+  // as a tensor [n_blocks, block_tokens, kv_dim] sharing the pool's storage (the tensor
+  // path writes and reads it with ops).
   Tensor layer_rows(int64_t layer, int kv) const;
-  void* row_address(int32_t block, int64_t layer, int kv, int64_t slot) const;
 
   // The block table of a sequence.
   const std::vector<int32_t>& blocks(SeqId seq) const;

@@ -141,6 +141,17 @@ Tensor gather_nd(const Tensor& params, const Tensor& indices);
 // (InvalidArgumentError); an index outside [0, x.shape[axis]) (OutOfRangeError).
 Tensor scatter_add(const Tensor& x, const Tensor& indices, const Tensor& updates, int64_t axis = 0);
 
+// x with rows replaced: out[indices[i], ...] = rows[i, ...] (rows along axis 0; PyTorch's
+// index_copy, TF's tensor_scatter_nd_update with one index per row). x [N, ...] of any
+// dtype; indices i32/i64 [K]; rows [K, ...] of x's dtype. A repeated index: the last row
+// wins on the CPU, one of them on CUDA. in_place: the rows are written into x's own
+// buffer and the result is x (for a caller that owns x and gives up its old value, as a
+// KV cache's pool; ignored, a copy made, while an op observer such as a gradient tape or
+// a trace watches). Differentiable in x and rows. Errors: shapes, dtypes
+// (InvalidArgumentError); an index outside [0, N) (OutOfRangeError on the CPU; on CUDA
+// such a row is skipped, as scatter_add does there).
+Tensor index_copy(const Tensor& x, const Tensor& indices, const Tensor& rows, bool in_place = false);
+
 // One-hot encoding (TensorFlow one_hot): out has indices' shape with a new dimension of
 // size depth at `axis` (-1 appends; otherwise in [-rank-1, rank], counted in the output's
 // rank); out[..., d, ...] = on_value where indices[...] == d, else off_value, in `dtype`

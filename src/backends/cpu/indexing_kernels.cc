@@ -174,6 +174,24 @@ void k_scatter_add(OpContext& ctx) {
   });
 }
 
+// ---- index_copy --------------------------------------------------------------------
+
+// x's bytes, then each index's row replaced (in index order: a repeated index's last row
+// stays); x may be the output itself (overwritable), then only the rows move.
+void k_index_copy(OpContext& ctx) {
+  const Tensor &X = ctx.in[0], &I = ctx.in[1], &R = ctx.in[2];
+  Tensor& out = ctx.out[0];
+  const int64_t n = X.dim(0), row = X.dim(0) == 0 ? 0 : static_cast<int64_t>(X.nbytes()) / n;
+  with_indices(I, [&](auto* ix) {
+    check_indices("index_copy", ix, I, n, [&] { return kiln::detail::str_cat("axis 0 of x ", X.desc()); });
+    if (out.raw_data() != X.raw_data()) kiln::parallel_memcpy(out.raw_data(), X.raw_data(), static_cast<int64_t>(X.nbytes()));
+    auto* o = static_cast<uint8_t*>(out.raw_data());
+    const auto* r = static_cast<const uint8_t*>(R.raw_data());
+    for (int64_t i = 0; i < I.numel(); ++i)
+      std::memcpy(o + ix[i] * row, r + i * row, static_cast<size_t>(row));
+  });
+}
+
 // ---- one_hot -----------------------------------------------------------------------
 
 void k_one_hot(OpContext& ctx) {
@@ -299,6 +317,7 @@ KILN_REGISTER_KERNEL("scatter_add", kCPU, DType::kF64, k_scatter_add<double>);
 KILN_REGISTER_KERNEL("scatter_add", kCPU, (std::initializer_list<DType>{DType::kF16, DType::kBF16}),
                      via_f32<k_scatter_add<float>>);
 
+KILN_REGISTER_KERNEL("index_copy", kCPU, KILN_ALL_DTYPES, k_index_copy);
 KILN_REGISTER_KERNEL("one_hot", kCPU, (std::initializer_list<DType>{DType::kI32, DType::kI64}), k_one_hot);
 
 KILN_REGISTER_KERNEL("top_k", kCPU, DType::kU8, k_top_k<uint8_t>);

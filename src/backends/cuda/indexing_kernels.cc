@@ -92,6 +92,16 @@ void k_scatter_add(OpContext& ctx) {
   launch_scatter_add(out.raw_data(), dt, U.raw_data(), dt, I.raw_data(), is_i64(I), outer, n, ni, inner, s.stream);
 }
 
+void k_index_copy(OpContext& ctx) {
+  const Tensor &X = ctx.in[0], &I = ctx.in[1], &R = ctx.in[2];
+  Tensor& out = ctx.out[0];
+  if (out.numel() == 0) return;
+  KernelScope s(out);
+  if (out.raw_data() != X.raw_data()) launch_copy_bytes(out.raw_data(), X.raw_data(), static_cast<int64_t>(X.nbytes()), s.stream);
+  launch_index_copy(out.raw_data(), R.raw_data(), I.raw_data(), is_i64(I), X.dim(0), I.numel(),
+                    static_cast<int64_t>(X.nbytes()) / X.dim(0), s.stream);
+}
+
 void k_one_hot(OpContext& ctx) {
   const Tensor& I = ctx.in[0];
   Tensor& out = ctx.out[0];
@@ -130,6 +140,7 @@ KILN_REGISTER_KERNEL("scatter_add", kCUDA,
                      (std::initializer_list<DType>{DType::kU8, DType::kI8, DType::kI32, DType::kI64, DType::kF16,
                                                    DType::kBF16, DType::kF32, DType::kF64}),
                      k_scatter_add);
+KILN_REGISTER_KERNEL("index_copy", kCUDA, KILN_CUDA_ALL_DTYPES, k_index_copy);
 KILN_REGISTER_KERNEL("one_hot", kCUDA, (std::initializer_list<DType>{DType::kI32, DType::kI64}), k_one_hot);
 KILN_REGISTER_KERNEL("top_k", kCUDA,
                      (std::initializer_list<DType>{DType::kU8, DType::kI8, DType::kI32, DType::kI64, DType::kF16,

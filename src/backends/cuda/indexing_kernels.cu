@@ -133,6 +133,20 @@ __global__ void scatter_add_kernel(O* out, const V* __restrict__ upd, const void
   }
 }
 
+// ---- index_copy --------------------------------------------------------------------
+
+// Element f of the rows (words of W bytes) to its index's row.
+template <typename W>
+__global__ void index_copy_kernel(W* out, const W* __restrict__ rows, const void* __restrict__ ix, bool idx64, int64_t n,
+                                  int64_t words, int64_t total) {
+  KILN_GRID_STRIDE_LOOP(f, total) {
+    const int64_t i = f / words, c = f - i * words;
+    const int64_t idx = load_index(ix, idx64, i);
+    if (idx < 0 || idx >= n) continue;  // out of range: skipped
+    out[idx * words + c] = rows[f];
+  }
+}
+
 // ---- one_hot -----------------------------------------------------------------------
 
 template <typename U>
@@ -413,6 +427,22 @@ void launch_top_k(const void* x, DType dtype, void* values, int64_t* indices, in
                                                        reinterpret_cast<long long*>(indices), rows, static_cast<int>(n),
                                                        static_cast<int>(k), sorted, sort_size);
   })
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void launch_index_copy(void* out, const void* rows, const void* indices, bool idx64, int64_t n, int64_t ni,
+                       int64_t row_bytes, cudaStream_t stream) {
+  if (ni == 0 || row_bytes == 0) return;
+  auto go = [&](auto word) {
+    using W = decltype(word);
+    const int64_t words = row_bytes / static_cast<int64_t>(sizeof(W)), total = ni * words;
+    index_copy_kernel<W><<<grid_for(total), kThreads, 0, stream>>>(static_cast<W*>(out), static_cast<const W*>(rows), indices,
+                                                                   idx64, n, words, total);
+  };
+  if (row_bytes % 8 == 0) go(uint64_t{});
+  else if (row_bytes % 4 == 0) go(uint32_t{});
+  else if (row_bytes % 2 == 0) go(uint16_t{});
+  else go(uint8_t{});
   KILN_CUDA_CHECK_LAUNCH();
 }
 

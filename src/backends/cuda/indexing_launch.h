@@ -49,6 +49,11 @@ void launch_gather_nd(const GatherNdArgs& a, cudaStream_t stream);
 void launch_scatter_add(void* out, DType out_dtype, const void* updates, DType updates_dtype, const void* indices,
                         bool idx64, int64_t outer, int64_t n, int64_t ni, int64_t inner, cudaStream_t stream);
 
+// out[idx[i]] = rows[i] for i < ni, rows of row_bytes bytes (out holds x already); an
+// index outside [0, n) is skipped.
+void launch_index_copy(void* out, const void* rows, const void* indices, bool idx64, int64_t n, int64_t ni,
+                       int64_t row_bytes, cudaStream_t stream);
+
 // out[r, d, i] = idx[r, i] == d ? on : off (elements of itemsize bytes: 1, 2, 4, 8;
 // on/off point at one element each, in host memory).
 void launch_one_hot(const void* indices, bool idx64, void* out, int64_t itemsize, int64_t outer, int64_t depth,

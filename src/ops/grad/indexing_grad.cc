@@ -36,6 +36,14 @@ V scatter_add_vjp(const VjpContext& c) {
           c.needs(2) ? ops::gather(g, idx, c.attrs.get_int("axis", 0)) : Tensor()};
 }
 
+// out = x with rows replaced: x's cotangent is the output's with those rows zeroed, the
+// rows' is the output's at the indices.
+V index_copy_vjp(const VjpContext& c) {
+  const Tensor &idx = c.inputs[1], &g = c.cotangents[0];
+  return {c.needs(0) ? ops::index_copy(g, idx, ops::zeros_like(c.inputs[2], g.dtype())) : Tensor(), Tensor(),
+          c.needs(2) ? ops::gather(g, idx) : Tensor()};
+}
+
 // Only the values output carries a gradient; it goes to the selected positions.
 V top_k_vjp(const VjpContext& c) {
   const Tensor &x = c.inputs[0], &g = c.cotangents[0], &idx = c.outputs[1];
@@ -48,6 +56,7 @@ V top_k_vjp(const VjpContext& c) {
 KILN_REGISTER_VJP("gather", gather_vjp);
 KILN_REGISTER_VJP("gather_nd", gather_nd_vjp);
 KILN_REGISTER_VJP("scatter_add", scatter_add_vjp);
+KILN_REGISTER_VJP("index_copy", index_copy_vjp);
 KILN_REGISTER_VJP("top_k", top_k_vjp);
 
 }  // namespace
