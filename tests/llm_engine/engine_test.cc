@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <future>
 #include <thread>
 #include <map>
@@ -232,7 +233,13 @@ void expect_batch_equals_solo(EngineOptions eo, int n, bool expect_preemption,
     EXPECT_EQ(got.prompt_tokens, static_cast<int64_t>(want.prompt_tokens.size()));
     EXPECT_EQ(got.completion_tokens, static_cast<int64_t>(want.tokens.size()));
   }
-  const EngineStats st = e.stats();
+  // The engine publishes its statistics at the end of the step that delivered the last
+  // event: wait for that step to end.
+  EngineStats st = e.stats();
+  for (int i = 0; i < 500 && st.running + st.waiting + st.kv_blocks_used > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    st = e.stats();
+  }
   EXPECT_EQ(st.running + st.waiting, 0);
   EXPECT_EQ(st.kv_blocks_used, 0);  // every block back (published ones cached, unreferenced)
   if (expect_preemption) {
