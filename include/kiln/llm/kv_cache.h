@@ -41,8 +41,8 @@ enum class KvLayout : uint8_t {
   // The tensor path's layout (kiln ops on any device): layer-major; per layer, the keys
   // of every block, then the values of every block, each a row of kv_dim per position
   // ([n_layer][2][n_blocks][block_tokens][kv_dim]): a layer's keys or values are one
-  // tensor [n_blocks, block_tokens, kv_dim] to gather a sequence's blocks from, and the
-  // rows a step writes in one block are contiguous.
+  // tensor [n_blocks, block_tokens, kv_dim], which ops::index_copy writes a row per
+  // position into and ops::paged_attention reads through the block tables.
   kRows,
 };
 
