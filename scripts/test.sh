@@ -12,6 +12,18 @@ JOBS="${KILN_JOBS:-$(nproc)}"
 start=$(date +%s)
 step() { echo; echo "=== $* ($(( $(date +%s) - start ))s)"; }
 
+# The Python venv (pip downloads, mostly waiting on the network) is made while the default preset
+# compiles; the tests wait for it. Its log is printed when it is waited for.
+mkdir -p build
+bash scripts/python-venv.sh >build/python-venv.log 2>&1 &
+venv_pid=$!
+wait_venv() {
+  local rc=0
+  wait "$venv_pid" || rc=$?
+  cat build/python-venv.log
+  if [ "$rc" -ne 0 ]; then echo "scripts/python-venv.sh failed (rc $rc)"; exit "$rc"; fi
+}
+
 for preset in default asan tsan; do
   step "configure + build: $preset"
   cmake --preset "$preset" >/dev/null
@@ -21,8 +33,8 @@ for preset in default asan tsan; do
                                              kiln_llm_engine_tests kiln_distribute_tests)
   cmake --build --preset "$preset" -j "$JOBS" "${target[@]}"
   step "test: $preset"
-  # The interop tests read kiln's files with stock Python packages (TensorBoard).
-  if [ "$preset" = default ]; then bash scripts/python-venv.sh; fi
+  # The interop tests read kiln's files with stock Python packages (TensorBoard, TensorFlow, openai ...).
+  if [ "$preset" = default ]; then wait_venv; fi
   ctest --preset "$preset"
   if [ "$preset" = asan ] && [ "${KILN_SKIP_FUZZ:-0}" != "1" ]; then
     step "fuzz smoke"
