@@ -15,6 +15,7 @@
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 
 #include "distribute/tcp_store.h"
@@ -77,37 +78,50 @@ GlooWorkerGroup::Cached& GlooWorkerGroup::cached(const std::string& key, const s
 
 void GlooWorkerGroup::learn_peer_addresses() {
   if (size_ == 1) return;
-  // Each worker's pair toward worker p has an address of its own (its listening socket in
-  // this Gloo; one per device in later ones): gather every worker's list, keep the
-  // entries toward this worker.
-  std::string mine;  // line p: this worker's address toward worker p
-  for (int p = 0; p < size_; ++p) mine += (p == rank_ ? std::string() : context_->getPair(p)->address().str()) + "\n";
-  const std::vector<std::string> all = all_gather(mine);
-  peer_addresses_.assign(static_cast<size_t>(size_), std::string());
+  // A Gloo error names the peer's end of the pair's connection, either as the peer
+  // advertised it at the rendezvous (its listening socket's address, in the store under its
+  // rank: one address per pair, in rank order) or as the socket reports it once connected
+  // (the peer's outgoing port where the peer connected): keep both for every peer.
+  peer_addresses_.assign(static_cast<size_t>(size_), {});
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    std::vector<std::string> lines;
+    const std::vector<char> advertised = store_->get(std::to_string(r));
+    const size_t each = advertised.size() / static_cast<size_t>(size_ - 1);
+    const auto at = static_cast<std::ptrdiff_t>(static_cast<size_t>(rank_ > r ? rank_ - 1 : rank_) * each);
+    if (each > 0 && static_cast<size_t>(at) + each <= advertised.size())
+      peer_addresses_[static_cast<size_t>(r)].push_back(
+          gloo::transport::tcp::Address(std::vector<char>(advertised.begin() + at, advertised.begin() + at + static_cast<std::ptrdiff_t>(each)))
+              .str());
+  }
+  // Line p: this worker's connected address toward worker p. The gather is also what tells
+  // worker 0 that every worker is done with the store it serves.
+  std::string mine;
+  for (int p = 0; p < size_; ++p) mine += (p == rank_ ? std::string() : context_->getPair(p)->address().str()) + "\n";
+  const std::vector<std::string> all = all_gather(mine);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
     std::istringstream in(all[static_cast<size_t>(r)]);
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    if (static_cast<size_t>(rank_) < lines.size())
-      peer_addresses_[static_cast<size_t>(r)] = lines[static_cast<size_t>(rank_)];
+    std::string line;
+    for (int p = 0; p <= rank_ && std::getline(in, line); ++p)
+      if (p == rank_ && !line.empty()) peer_addresses_[static_cast<size_t>(r)].push_back(line);
   }
 }
 
 int GlooWorkerGroup::peer_named_in(const std::string& message) const {
-  // The peer's "[host]:port" (the pair's listening address; the side that accepted the
-  // connection may print the peer's outgoing port instead), else a host that only one
-  // peer has (workers on different machines), else the only peer of two workers.
+  // One of the peer's "[host]:port" ends, else a host that only one peer has (workers on
+  // different machines), else the only peer of two workers.
   int by_host = -1, hosts = 0;
   for (size_t r = 0; r < peer_addresses_.size(); ++r) {
-    const std::string& a = peer_addresses_[r];
-    if (a.empty()) continue;
-    for (size_t at = message.find(a); at != std::string::npos; at = message.find(a, at + 1)) {
-      const size_t end = at + a.size();  // not a longer port
-      if (end == message.size() || !std::isdigit(static_cast<unsigned char>(message[end]))) return static_cast<int>(r);
+    bool host_named = false;
+    for (const std::string& a : peer_addresses_[r]) {
+      for (size_t at = message.find(a); at != std::string::npos; at = message.find(a, at + 1)) {
+        const size_t end = at + a.size();  // not a longer port
+        if (end == message.size() || !std::isdigit(static_cast<unsigned char>(message[end]))) return static_cast<int>(r);
+      }
+      const size_t colon = a.rfind(':');
+      if (colon != std::string::npos && message.find(a.substr(0, colon + 1)) != std::string::npos) host_named = true;
     }
-    const size_t colon = a.rfind(':');
-    if (colon != std::string::npos && message.find(a.substr(0, colon + 1)) != std::string::npos) {
+    if (host_named) {
       by_host = static_cast<int>(r);
       ++hosts;
     }

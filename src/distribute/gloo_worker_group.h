@@ -44,7 +44,8 @@ class GlooWorkerGroup final : public WorkerGroup {
  private:
   template <class F>
   void guarded(const char* what, F&& op);
-  // Every peer's transport address as Gloo's errors print it ("[host]:port"), by rank;
+  // Every peer's transport addresses toward this worker as Gloo's errors print them
+  // ("[host]:port": the pair's listening address and its connection's own end), by rank;
   // the rank a Gloo error `message` is about, or -1 when it cannot tell.
   void learn_peer_addresses();
   int peer_named_in(const std::string& message) const;
@@ -56,7 +57,7 @@ class GlooWorkerGroup final : public WorkerGroup {
   std::unique_ptr<gloo::rendezvous::Store> store_;
   std::shared_ptr<gloo::Context> context_;
   std::map<std::string, std::unique_ptr<Cached>> cache_;
-  std::vector<std::string> peer_addresses_;
+  std::vector<std::vector<std::string>> peer_addresses_;
   uint32_t tag_ = 0;
 };
 
