@@ -18,7 +18,7 @@ namespace kiln::testing {
 namespace {
 
 // Second-order helper with this file's weight seed (see gradcheck.h).
-Tensor inner_grad(const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
+Tensor elementwise_inner_grad(const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
   return inner_gradient(x, f, 99);
 }
 
@@ -88,7 +88,7 @@ KILN_GRAD_CASES({
 
     // Second order: the vjps differentiated again.
     {"second_order/mul_div", {"mul", "div"}, {rnd_away({5}, 51, 0.5, 2)},
-     [](In x) { return inner_grad(x[0], [](const Tensor& t) { return ops::div(ops::mul(t, t), ops::add(t, t)); }); }},
+     [](In x) { return elementwise_inner_grad(x[0], [](const Tensor& t) { return ops::div(ops::mul(t, t), ops::add(t, t)); }); }},
     {"second_order/pow", {"pow"}, {rnd({4}, 52, 0.5, 2), rnd({4}, 53, -1, 2)},
      [](In x) {
        GradientTape tape;
@@ -99,7 +99,7 @@ KILN_GRAD_CASES({
      }},
     {"second_order/transcendental", {"exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal"}, {rnd({5}, 54, 0.5, 2)},
      [](In x) {
-       return inner_grad(x[0], [](const Tensor& t) {
+       return elementwise_inner_grad(x[0], [](const Tensor& t) {
          Tensor a = ops::add(ops::exp(t), ops::log(t));
          Tensor b = ops::add(ops::log1p(t), ops::sqrt(t));
          return ops::add(ops::add(a, b), ops::add(ops::rsqrt(t), ops::reciprocal(t)));
@@ -108,7 +108,7 @@ KILN_GRAD_CASES({
     {"second_order/trig_activations", {"sin", "cos", "tanh", "sigmoid", "erf", "softplus", "silu"},
      {rnd({6}, 55, -2, 2)},
      [](In x) {
-       return inner_grad(x[0], [](const Tensor& t) {
+       return elementwise_inner_grad(x[0], [](const Tensor& t) {
          Tensor a = ops::add(ops::sin(t), ops::cos(t));
          Tensor b = ops::add(ops::tanh(t), ops::sigmoid(t));
          Tensor c = ops::add(ops::erf(t), ops::softplus(t));
@@ -117,23 +117,23 @@ KILN_GRAD_CASES({
      }},
     {"second_order/gelu", {"gelu"}, {rnd({6}, 56, -3, 3)},
      [](In x) {
-       return inner_grad(x[0], [](const Tensor& t) { return ops::add(ops::gelu(t, false), ops::gelu(t, true)); });
+       return elementwise_inner_grad(x[0], [](const Tensor& t) { return ops::add(ops::gelu(t, false), ops::gelu(t, true)); });
      }},
     {"second_order/abs_relu", {"abs", "relu", "relu_grad"}, {around_kinks()},
      [](In x) {
-       return inner_grad(x[0], [](const Tensor& t) { return ops::add(ops::abs(t), ops::relu(t)); });
+       return elementwise_inner_grad(x[0], [](const Tensor& t) { return ops::add(ops::abs(t), ops::relu(t)); });
      }},
     {"second_order/leaky_relu", {"leaky_relu"}, {around_kinks()},
-     [](In x) { return inner_grad(x[0], [](const Tensor& t) { return ops::leaky_relu(t, 0.1); }); }},
+     [](In x) { return elementwise_inner_grad(x[0], [](const Tensor& t) { return ops::leaky_relu(t, 0.1); }); }},
     {"second_order/elu", {"elu"}, {around_kinks()},
-     [](In x) { return inner_grad(x[0], [](const Tensor& t) { return ops::elu(t, 0.5); }); }},
+     [](In x) { return elementwise_inner_grad(x[0], [](const Tensor& t) { return ops::elu(t, 0.5); }); }},
     {"second_order/relu6_clip", {"relu6", "clip"}, {around_kinks()},
      [](In x) {
-       return inner_grad(x[0], [](const Tensor& t) { return ops::add(ops::relu6(t), ops::clip(t, -0.5, 0.5)); });
+       return elementwise_inner_grad(x[0], [](const Tensor& t) { return ops::add(ops::relu6(t), ops::clip(t, -0.5, 0.5)); });
      }},
     {"second_order/maximum_minimum_where", {"maximum", "minimum", "where"}, {around_kinks()},
      [](In x) {
-       return inner_grad(x[0], [](const Tensor& t) {
+       return elementwise_inner_grad(x[0], [](const Tensor& t) {
          Tensor m = ops::add(ops::maximum(ops::mul(t, t), ops::neg(t)), ops::minimum(t, ops::sin(t)));
          return ops::where(ops::greater(t, ops::scalar(1, DType::kF64)), m, ops::exp(t));
        });
@@ -236,21 +236,6 @@ TEST(VjpElementwise, CastFromIntegerGetsNoGradient) {
 }
 
 // ---- needs() and op counts ---------------------------------------------------------
-
-class OpCounter : public OpObserver {
- public:
-  OpCounter() : prev_(set_op_observer(this)) {}
-  ~OpCounter() override { set_op_observer(prev_); }
-  void on_op(const OpDef& op, std::span<const Tensor>, std::span<const Tensor>, const Attrs&) override {
-    ++counts[op.name];
-    ++total;
-  }
-  std::map<std::string, int> counts;
-  int total = 0;
-
- private:
-  OpObserver* prev_;
-};
 
 // Runs `op`'s vjp with ones as the cotangent and the given needs mask.
 std::vector<Tensor> run_vjp(const std::string& op, std::vector<Tensor> in, const Attrs& attrs,

@@ -1,11 +1,14 @@
 #pragma once
 // Finite-difference gradient checks (central differences in f64) for the vjp table.
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "test_util.h"
+#include "kiln/core/dispatch.h"
+#include "kiln/core/op_def.h"
 #include "kiln/core/shape.h"
 #include "kiln/core/tensor.h"
 
@@ -38,6 +41,24 @@ inline Tensor f64(std::vector<double> v, Shape s) { return Tensor::from_vector<d
 // d/dx sum(f(x)^3 * w) (w random from `seed`) computed with an inner tape: nonlinear in
 // x through f's vjp, so a gradcheck of it checks that the vjp is itself differentiable.
 Tensor inner_gradient(const Tensor& x, const std::function<Tensor(const Tensor&)>& f, uint64_t seed);
+
+// Counts the ops run while it lives, by name (replaces the op observer; restores it).
+class OpCounter : public OpObserver {
+ public:
+  OpCounter() : prev_(set_op_observer(this)) {}
+  ~OpCounter() override { set_op_observer(prev_); }
+  OpCounter(const OpCounter&) = delete;
+  OpCounter& operator=(const OpCounter&) = delete;
+  void on_op(const OpDef& op, std::span<const Tensor>, std::span<const Tensor>, const Attrs&) override {
+    ++counts[op.name];
+    ++total;
+  }
+  std::map<std::string, int> counts;
+  int total = 0;
+
+ private:
+  OpObserver* prev_;
+};
 
 // f64 test data in [lo, hi), deterministic per seed.
 Tensor rnd(const Shape& s, uint64_t seed, double lo = -1, double hi = 1);

@@ -15,7 +15,7 @@ namespace kiln::testing {
 namespace {
 
 // Second-order helper with this file's weight seed (see gradcheck.h).
-Tensor inner_grad(const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
+Tensor indexing_inner_grad(const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
   return inner_gradient(x, f, 98);
 }
 
@@ -40,10 +40,10 @@ KILN_GRAD_CASES({
      {rnd({2, 3, 5}, 107), i64({4, 4, 0, 1, 2, 3, 0, 1, 2, 4, 4, 4}, {2, 3, 2})},
      [](In x) { return ops::gather(x[0], x[1], 2, -1); }},
     {"gather/second_order", {"gather"}, {rnd({4, 2}, 108)},
-     [](In x) { return inner_grad(x[0], [](const Tensor& t) { return ops::gather(t, i32({1, 1, 3, 0}, {4})); }); }},
+     [](In x) { return indexing_inner_grad(x[0], [](const Tensor& t) { return ops::gather(t, i32({1, 1, 3, 0}, {4})); }); }},
     {"gather/second_order_batch", {"gather"}, {rnd({2, 3}, 109)},
      [](In x) {
-       return inner_grad(x[0], [](const Tensor& t) { return ops::gather(t, i32({2, 2, 0, 1}, {2, 2}), 1, 1); });
+       return indexing_inner_grad(x[0], [](const Tensor& t) { return ops::gather(t, i32({2, 2, 0, 1}, {2, 2}), 1, 1); });
      }},
 
     {"gather_nd/elements_repeats", {"gather_nd"}, {rnd({3, 4}, 110), i32({0, 1, 2, 3, 0, 1, 1, 0}, {4, 2})},
@@ -54,7 +54,7 @@ KILN_GRAD_CASES({
      [](In x) { return ops::gather_nd(x[0], x[1]); }},
     {"gather_nd/second_order", {"gather_nd"}, {rnd({2, 3}, 113)},
      [](In x) {
-       return inner_grad(x[0], [](const Tensor& t) { return ops::gather_nd(t, i32({1, 2, 0, 0, 1, 2}, {3, 2})); });
+       return indexing_inner_grad(x[0], [](const Tensor& t) { return ops::gather_nd(t, i32({1, 2, 0, 0, 1, 2}, {3, 2})); });
      }},
 
     {"index_copy/rows", {"index_copy"}, {rnd({5, 3}, 130), i32({4, 0, 2}, {3}), rnd({3, 3}, 131)},
@@ -71,7 +71,7 @@ KILN_GRAD_CASES({
      [](In x) { return ops::square(ops::scatter_add(ops::square(x[0]), x[1], ops::mul(x[2], x[2]))); }},
     {"scatter_add/second_order", {"scatter_add"}, {rnd({4}, 120)},
      [](In x) {
-       return inner_grad(x[0], [](const Tensor& t) {
+       return indexing_inner_grad(x[0], [](const Tensor& t) {
          return ops::scatter_add(ops::zeros({3}, DType::kF64), i32({2, 0, 2, 1}, {4}), t);
        });
      }},
@@ -82,7 +82,7 @@ KILN_GRAD_CASES({
      [](In x) { return ops::top_k(x[0], 2, /*sorted=*/false).values; }},
     {"top_k/all", {"top_k"}, {rnd({4}, 123)}, [](In x) { return ops::top_k(x[0], 4).values; }},
     {"top_k/second_order", {"top_k"}, {rnd({3, 4}, 124)},
-     [](In x) { return inner_grad(x[0], [](const Tensor& t) { return ops::top_k(t, 2).values; }); }},
+     [](In x) { return indexing_inner_grad(x[0], [](const Tensor& t) { return ops::top_k(t, 2).values; }); }},
 });
 
 TEST(IndexingGrad, RepeatedGatherIndicesAccumulate) {

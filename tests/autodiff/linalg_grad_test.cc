@@ -63,19 +63,6 @@ KILN_GRAD_CASES({
      }},
 });
 
-class OpCounter : public OpObserver {
- public:
-  OpCounter() : prev_(set_op_observer(this)) {}
-  ~OpCounter() override { set_op_observer(prev_); }
-  void on_op(const OpDef& op, std::span<const Tensor>, std::span<const Tensor>, const Attrs&) override {
-    ++counts[op.name];
-  }
-  std::map<std::string, int> counts;
-
- private:
-  OpObserver* prev_;
-};
-
 std::vector<Tensor> matmul_vjp(const Tensor& a, const Tensor& b, bool ta, bool tb, std::vector<uint8_t> needs,
                                OpCounter& counter) {
   const OpDef& d = OpRegistry::global().get("matmul");

@@ -170,8 +170,8 @@ TEST_P(PoolBackward, AvgIsTheAdjointOfAvgPool) {
   }
 }
 
-std::string case_name(const ::testing::TestParamInfo<size_t>& info) { return kCases[info.param].name; }
-INSTANTIATE_TEST_SUITE_P(Cases, PoolBackward, ::testing::Range<size_t>(0, kCases.size()), case_name);
+std::string pool_case_name(const ::testing::TestParamInfo<size_t>& info) { return kCases[info.param].name; }
+INSTANTIATE_TEST_SUITE_P(Cases, PoolBackward, ::testing::Range<size_t>(0, kCases.size()), pool_case_name);
 
 // Ties: every cell equal. Each window's gradient goes to its first real cell
 // (top-left after clipping padding), checked by hand.

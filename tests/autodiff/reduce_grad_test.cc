@@ -18,7 +18,7 @@ namespace kiln::testing {
 namespace {
 
 // Second-order helper with this file's weight seed (see gradcheck.h).
-Tensor inner_grad(const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
+Tensor reduce_inner_grad(const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
   return inner_gradient(x, f, 98);
 }
 
@@ -66,19 +66,19 @@ KILN_GRAD_CASES({
 
     {"second_order/sum_mean", {"sum", "mean"}, {rnd({3, 4}, 26)},
      [](In x) {
-       return inner_grad(x[0], [](const Tensor& t) { return ops::add(ops::sum(t, {0}), ops::mean(t, {0})); });
+       return reduce_inner_grad(x[0], [](const Tensor& t) { return ops::add(ops::sum(t, {0}), ops::mean(t, {0})); });
      }},
     {"second_order/prod", {"prod"}, {with_zeros()},
-     [](In x) { return inner_grad(x[0], [](const Tensor& t) { return ops::prod(t, {1}); }); }},
+     [](In x) { return reduce_inner_grad(x[0], [](const Tensor& t) { return ops::prod(t, {1}); }); }},
     {"second_order/var_std", {"var", "std"}, {rnd({3, 4}, 27)},
      [](In x) {
-       return inner_grad(x[0], [](const Tensor& t) { return ops::add(ops::var(t, {1}), ops::std(t, {1}, false, 1)); });
+       return reduce_inner_grad(x[0], [](const Tensor& t) { return ops::add(ops::var(t, {1}), ops::std(t, {1}, false, 1)); });
      }},
     {"second_order/logsumexp", {"logsumexp"}, {rnd({3, 4}, 28)},
-     [](In x) { return inner_grad(x[0], [](const Tensor& t) { return ops::logsumexp(t, {0}); }); }},
+     [](In x) { return reduce_inner_grad(x[0], [](const Tensor& t) { return ops::logsumexp(t, {0}); }); }},
     {"second_order/max_min", {"max", "min"}, {rnd({3, 4}, 29)},
      [](In x) {
-       return inner_grad(x[0], [](const Tensor& t) { return ops::mul(ops::max(t, {1}), ops::min(t, {1})); });
+       return reduce_inner_grad(x[0], [](const Tensor& t) { return ops::mul(ops::max(t, {1}), ops::min(t, {1})); });
      }},
 });
 
@@ -122,19 +122,6 @@ TEST(VjpReduce, IntegerInputsGetNoGradient) {
     EXPECT_FALSE(g[0].defined());
   }
 }
-
-class OpCounter : public OpObserver {
- public:
-  OpCounter() : prev_(set_op_observer(this)) {}
-  ~OpCounter() override { set_op_observer(prev_); }
-  void on_op(const OpDef& op, std::span<const Tensor>, std::span<const Tensor>, const Attrs&) override {
-    ++counts[op.name];
-  }
-  std::map<std::string, int> counts;
-
- private:
-  OpObserver* prev_;
-};
 
 // The loss reductions of every step: one broadcast (mean: plus one scale of the small
 // reduced tensor), no other copies.

@@ -16,7 +16,7 @@ namespace kiln::testing {
 namespace {
 
 // Second-order helper with this file's weight seed (see gradcheck.h).
-Tensor inner_grad(const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
+Tensor shape_inner_grad(const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
   return inner_gradient(x, f, 99);
 }
 
@@ -29,21 +29,21 @@ KILN_GRAD_CASES({
     {"reshape/expand_dims_squeeze", {"reshape"}, {rnd({3, 1, 2}, 2)},
      [](In x) { return ops::mul(ops::expand_dims(ops::squeeze(x[0]), 0), x[0]); }},  // [1,3,2] * [3,1,2]
     {"reshape/second_order", {"reshape"}, {rnd({2, 6}, 3)},
-     [](In x) { return inner_grad(x[0], [](const Tensor& t) { return ops::reshape(t, {3, 4}); }); }},
+     [](In x) { return shape_inner_grad(x[0], [](const Tensor& t) { return ops::reshape(t, {3, 4}); }); }},
 
     {"transpose/perm", {"transpose"}, {rnd({2, 3, 4}, 4)}, [](In x) { return ops::transpose(x[0], {2, 0, 1}); }},
     {"transpose/reverse", {"transpose"}, {rnd({2, 3, 4}, 5)}, [](In x) { return ops::transpose(x[0]); }},
     {"transpose/negative_perm", {"transpose"}, {rnd({2, 3, 4, 2}, 6)},
      [](In x) { return ops::transpose(x[0], {-1, 1, 0, -2}); }},
     {"transpose/second_order", {"transpose"}, {rnd({3, 4}, 7)},
-     [](In x) { return inner_grad(x[0], [](const Tensor& t) { return ops::transpose(t); }); }},
+     [](In x) { return shape_inner_grad(x[0], [](const Tensor& t) { return ops::transpose(t); }); }},
 
     {"broadcast_to/inner_ones", {"broadcast_to"}, {rnd({3, 1}, 8)},
      [](In x) { return ops::broadcast_to(x[0], {2, 3, 4}); }},
     {"broadcast_to/scalar", {"broadcast_to"}, {rnd({}, 9)}, [](In x) { return ops::broadcast_to(x[0], {2, 3}); }},
     {"broadcast_to/same", {"broadcast_to"}, {rnd({2, 3}, 10)}, [](In x) { return ops::broadcast_to(x[0], {2, 3}); }},
     {"broadcast_to/second_order", {"broadcast_to"}, {rnd({1, 3}, 11)},
-     [](In x) { return inner_grad(x[0], [](const Tensor& t) { return ops::broadcast_to(t, {2, 2, 3}); }); }},
+     [](In x) { return shape_inner_grad(x[0], [](const Tensor& t) { return ops::broadcast_to(t, {2, 2, 3}); }); }},
 
     {"concat/axis1", {"concat"}, {rnd({2, 1, 3}, 12), rnd({2, 4, 3}, 13), rnd({2, 2, 3}, 14)},
      [](In x) { return ops::concat({x[0], x[1], x[2]}, 1); }},
@@ -86,7 +86,7 @@ KILN_GRAD_CASES({
      [](In x) { return ops::strided_slice(x[0], {3, 0}, {1, 3}); }},
     {"strided_slice/second_order", {"strided_slice"}, {rnd({6, 5}, 34)},
      [](In x) {
-       return inner_grad(x[0], [](const Tensor& t) { return ops::strided_slice(t, {5, 0}, {0, 5}, {-2, 2}); });
+       return shape_inner_grad(x[0], [](const Tensor& t) { return ops::strided_slice(t, {5, 0}, {0, 5}, {-2, 2}); });
      }},
 
     {"pad/constant_value", {"pad"}, {rnd({2, 3}, 35)},
@@ -94,14 +94,14 @@ KILN_GRAD_CASES({
     {"pad/reflect", {"pad"}, {rnd({4, 3}, 36)}, [](In x) { return ops::pad(x[0], {{3, 2}, {2, 1}}, "reflect"); }},
     {"pad/edge", {"pad"}, {rnd({2, 3}, 37)}, [](In x) { return ops::pad(x[0], {{2, 3}, {0, 4}}, "edge"); }},
     {"pad/second_order_reflect", {"pad"}, {rnd({5}, 38)},
-     [](In x) { return inner_grad(x[0], [](const Tensor& t) { return ops::pad(t, {{4, 3}}, "reflect"); }); }},
+     [](In x) { return shape_inner_grad(x[0], [](const Tensor& t) { return ops::pad(t, {{4, 3}}, "reflect"); }); }},
 
     {"tile/both_dims", {"tile"}, {rnd({2, 3}, 39)}, [](In x) { return ops::tile(x[0], {2, 3}); }},
     {"tile/short_reps", {"tile"}, {rnd({2, 3}, 40)}, [](In x) { return ops::tile(x[0], {2}); }},
     {"tile/long_reps", {"tile", "reshape"}, {rnd({3}, 41)}, [](In x) { return ops::tile(x[0], {2, 1, 2}); }},
     {"tile/zero_reps", {"tile"}, {rnd({2, 3}, 42)}, [](In x) { return ops::tile(x[0], {1, 0}); }},
     {"tile/second_order", {"tile"}, {rnd({2, 2}, 43)},
-     [](In x) { return inner_grad(x[0], [](const Tensor& t) { return ops::tile(t, {3, 2}); }); }},
+     [](In x) { return shape_inner_grad(x[0], [](const Tensor& t) { return ops::tile(t, {3, 2}); }); }},
 });
 
 VjpContext ctx(std::span<const Tensor> in, std::span<const Tensor> out, std::span<const Tensor> cot,

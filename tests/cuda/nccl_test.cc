@@ -9,15 +9,15 @@
 namespace kiln {
 namespace {
 
-const Device kGpu{DeviceType::kCUDA, 0};
+const Device kNcclGpu{DeviceType::kCUDA, 0};
 
-bool have_gpu() {
+bool nccl_have_gpu() {
   Backend* b = find_backend(DeviceType::kCUDA);
   return b && b->device_count() > 0;
 }
 
 TEST(Nccl, NeedsADevice) {
-  if (have_gpu()) {
+  if (nccl_have_gpu()) {
     EXPECT_KILN_ERROR(cuda::Communicator::for_devices({99}), kInvalidArgument, "no device cuda:99");
     return;
   }
@@ -26,7 +26,7 @@ TEST(Nccl, NeedsADevice) {
 }
 
 TEST(Nccl, AllReduceAndBroadcastOnEveryGpu) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: " << find_backend(DeviceType::kCUDA)->no_device_reason();
+  if (!nccl_have_gpu()) GTEST_SKIP() << "no CUDA device: " << find_backend(DeviceType::kCUDA)->no_device_reason();
   const int n = find_backend(DeviceType::kCUDA)->device_count();
   std::vector<int> devices;
   for (int i = 0; i < n; ++i) devices.push_back(i);

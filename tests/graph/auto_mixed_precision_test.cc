@@ -22,13 +22,14 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "scoped_env.h"
+#include "graph_test_util.h"
 #include "test_util.h"
 
 namespace kiln::graph {
 namespace {
 using testing::rand_tensor;
 
-std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& in) { return Executor(g).run(in); }
+using testing::run;
 
 // The dtype of the first node running `op`.
 DType dtype_of(const Graph& g, const std::string& op) {

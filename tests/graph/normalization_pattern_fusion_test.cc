@@ -13,13 +13,14 @@
 #include "kiln/ops/nn.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
+#include "graph_test_util.h"
 #include "test_util.h"
 
 namespace kiln::graph {
 namespace {
 using testing::rand_tensor;
 
-std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& in) { return Executor(g).run(in); }
+using testing::run;
 
 // The pass then dead-code elimination; outputs equal to rounding.
 void fuse_and_compare(Graph& g, const std::vector<Tensor>& in, double tol = 2e-6) {

@@ -21,6 +21,7 @@
 #include "kiln/ops/nn_grad.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
+#include "graph_test_util.h"
 #include "test_util.h"
 
 namespace kiln::graph {
@@ -28,7 +29,7 @@ namespace {
 using testing::make;
 using testing::rand_tensor;
 
-std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& in) { return Executor(g).run(in); }
+using testing::run;
 
 Graph traced(const TracedFn& fn, const std::vector<Tensor>& args) { return trace(fn, args); }
 

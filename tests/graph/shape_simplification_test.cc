@@ -12,13 +12,14 @@
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
+#include "graph_test_util.h"
 #include "test_util.h"
 
 namespace kiln::graph {
 namespace {
 using testing::rand_tensor;
 
-std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& in) { return Executor(g).run(in); }
+using testing::run;
 
 // Runs simplify_shapes then dead-code elimination; returns the outputs before and after.
 void simplify_and_compare(Graph& g, const std::vector<Tensor>& in) {

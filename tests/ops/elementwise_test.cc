@@ -13,7 +13,7 @@ using namespace kiln::ops;
 const std::vector<DType> kF32Only = {DType::kF32, DType::kF64};
 const std::vector<DType> kExact = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
 
-std::vector<OpCase> cases() {
+std::vector<OpCase> elementwise_cases() {
   return {
       {"add_same", binary_fn(add)},
       {"add_bcast", binary_fn(add)},
@@ -63,9 +63,9 @@ std::vector<OpCase> cases() {
 
 class ElementwiseOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(ElementwiseOps, MatchesNumpy) { run_op_case("elementwise", GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Table, ElementwiseOps, ::testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(Table, ElementwiseOps, ::testing::ValuesIn(elementwise_cases()),
                          [](const auto& info) { return info.param.name; });
-KILN_CUDA_OP_TABLE(ElementwiseOps, "elementwise", cases());
+KILN_CUDA_OP_TABLE(ElementwiseOps, "elementwise", elementwise_cases());
 
 TEST(Elementwise, IntegerArithmeticIsExact) {
   Tensor a = make<int32_t>({1, -2, 3, 7}, {4});

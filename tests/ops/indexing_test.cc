@@ -17,7 +17,7 @@ namespace {
 using namespace kiln::ops;
 using V = std::vector<Tensor>;
 
-std::vector<OpCase> cases() {
+std::vector<OpCase> indexing_cases() {
   auto g = [](int64_t axis, int64_t bd) {
     return OpFn([axis, bd](const V& in) { return V{gather(in[0], in[1], axis, bd)}; });
   };
@@ -52,9 +52,9 @@ std::vector<OpCase> cases() {
 
 class IndexOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(IndexOps, MatchesNumpy) { run_op_case("shape", GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Table, IndexOps, ::testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(Table, IndexOps, ::testing::ValuesIn(indexing_cases()),
                          [](const auto& info) { return info.param.name; });
-KILN_CUDA_OP_TABLE(IndexOps, "shape", cases());
+KILN_CUDA_OP_TABLE(IndexOps, "shape", indexing_cases());
 
 // ---- every dtype, hand-computed ------------------------------------------------------
 
@@ -114,7 +114,7 @@ INSTANTIATE_TEST_SUITE_P(All, IndexEveryDtype, ::testing::ValuesIn(kAllDtypes),
 
 // ---- semantics ------------------------------------------------------------------------
 
-double dot(const Tensor& a, const Tensor& b) {
+double indexing_dot(const Tensor& a, const Tensor& b) {
   std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
   double s = 0;
   for (size_t i = 0; i < x.size(); ++i) s += x[i] * y[i];
@@ -130,7 +130,7 @@ TEST(IndexSemantics, ScatterAddIsTheAdjointOfGather) {
     Tensor g = gather(x, idx, axis);
     Tensor u = rand_tensor(g.shape(), DType::kF64, -1, 1, 12 + axis);
     Tensor s = scatter_add(Tensor::zeros(x.shape(), DType::kF64), idx, u, axis);
-    EXPECT_NEAR(dot(g, u), dot(x, s), 1e-12);
+    EXPECT_NEAR(indexing_dot(g, u), indexing_dot(x, s), 1e-12);
   }
   // bf16 accumulates duplicates in f32: 256 + 1 + 1 stays exact there (not in bf16 steps).
   Tensor b = scatter_add(Tensor::zeros({1}, DType::kBF16), make<int32_t>({0, 0, 0}, {3}),

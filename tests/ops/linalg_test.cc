@@ -11,7 +11,7 @@ OpFn mm(bool ta = false, bool tb = false) {
   return [ta, tb](const std::vector<Tensor>& in) { return std::vector<Tensor>{matmul(in[0], in[1], ta, tb)}; };
 }
 
-std::vector<OpCase> cases() {
+std::vector<OpCase> linalg_cases() {
   const std::vector<DType> all = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
   return {
       {"mm_2d", mm(), all, 50}, {"mm_square", mm(), all, 50}, {"mm_rect", mm(), all, 50},
@@ -54,8 +54,8 @@ TEST(Einsum, BadEquationsGiveTypedErrors) {
 
 class MatmulOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(MatmulOps, MatchesNumpy) { run_op_case("linalg", GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Table, MatmulOps, ::testing::ValuesIn(cases()), [](const auto& i) { return i.param.name; });
-KILN_CUDA_OP_TABLE(MatmulOps, "linalg", cases());
+INSTANTIATE_TEST_SUITE_P(Table, MatmulOps, ::testing::ValuesIn(linalg_cases()), [](const auto& i) { return i.param.name; });
+KILN_CUDA_OP_TABLE(MatmulOps, "linalg", linalg_cases());
 
 TEST(Matmul, IntegerIsExact) {
   Tensor a = make<int32_t>({1, 2, 3, 4, 5, 6}, {2, 3});

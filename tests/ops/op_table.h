@@ -31,6 +31,9 @@ struct OpCase {
 
 inline void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }
 
+// The floating-point dtypes.
+inline const std::vector<DType> kFloatDtypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
+
 std::vector<Tensor> load_inputs(const std::string& family, const std::string& name);
 std::vector<Tensor> load_outputs(const std::string& family, const std::string& name);
 // Runs one case for all its dtypes with gtest assertions.

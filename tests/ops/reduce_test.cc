@@ -31,7 +31,7 @@ OpFn arg(Tensor (*f)(const Tensor&, int64_t, bool), int64_t axis, bool keepdims 
 Tensor (*const kArgmax)(const Tensor&, int64_t, bool) = ops::argmax;
 Tensor (*const kArgmin)(const Tensor&, int64_t, bool) = ops::argmin;
 
-std::vector<OpCase> cases() {
+std::vector<OpCase> reduce_cases() {
   using namespace ops;
   return {
       {"sum_all", red(sum)},
@@ -102,9 +102,9 @@ std::vector<OpCase> cases() {
 
 class ReduceOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(ReduceOps, MatchesNumpy) { run_op_case("reduce", GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Table, ReduceOps, ::testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(Table, ReduceOps, ::testing::ValuesIn(reduce_cases()),
                          [](const auto& info) { return info.param.name; });
-KILN_CUDA_OP_TABLE(ReduceOps, "reduce", cases());
+KILN_CUDA_OP_TABLE(ReduceOps, "reduce", reduce_cases());
 
 // ---- large reductions: input rebuilt here, NumPy outputs from the fixtures ---------
 

@@ -21,7 +21,7 @@ OpFn one(std::function<Tensor(const Tensor&)> f) {
   return [f](const V& in) { return V{f(in[0])}; };
 }
 
-std::vector<OpCase> cases() {
+std::vector<OpCase> shape_cases() {
   auto tr = [](std::vector<int64_t> perm) { return one([perm](const Tensor& x) { return transpose(x, perm); }); };
   auto split_fn = [](std::vector<int64_t> sizes, int64_t axis) {
     return OpFn([sizes, axis](const V& in) { return split(in[0], sizes, axis); });
@@ -71,9 +71,9 @@ std::vector<OpCase> cases() {
 
 class ShapeOps : public ::testing::TestWithParam<OpCase> {};
 TEST_P(ShapeOps, MatchesNumpy) { run_op_case("shape", GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Table, ShapeOps, ::testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(Table, ShapeOps, ::testing::ValuesIn(shape_cases()),
                          [](const auto& info) { return info.param.name; });
-KILN_CUDA_OP_TABLE(ShapeOps, "shape", cases());
+KILN_CUDA_OP_TABLE(ShapeOps, "shape", shape_cases());
 
 // ---- every dtype, hand-computed ------------------------------------------------------
 

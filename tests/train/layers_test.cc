@@ -39,7 +39,7 @@ Tensor wave(const Shape& s, double a, double b, double scale = 1) {
 
 Tensor f32(std::vector<float> v, Shape s) { return make<float>(std::move(v), s); }
 
-Initializer from(Tensor t) {
+Initializer given(Tensor t) {
   return [t](const Shape&, DType) { return t; };
 }
 
@@ -89,8 +89,8 @@ TEST(LayersActivationTest, UnknownNameListsKnownOnes) {
 layers::DenseOptions fixed_dense(const std::string& act) {
   layers::DenseOptions o;
   o.activation = act;
-  o.kernel_initializer = from(seq({3, 4}, 0.05, -0.3));
-  o.bias_initializer = from(f32({0.1, -0.2, 0.3, -0.4}, {4}));
+  o.kernel_initializer = given(seq({3, 4}, 0.05, -0.3));
+  o.bias_initializer = given(f32({0.1, -0.2, 0.3, -0.4}, {4}));
   return o;
 }
 
@@ -173,8 +173,8 @@ TEST(LayersShapeTest, FlattenAndReshape) {
 
 layers::Conv2DOptions fixed_conv() {
   layers::Conv2DOptions o;
-  o.kernel_initializer = from(wave({3, 3, 2, 2}, 0.3, 1.0, 0.2));
-  o.bias_initializer = from(f32({0.1, -0.1}, {2}));
+  o.kernel_initializer = given(wave({3, 3, 2, 2}, 0.3, 1.0, 0.2));
+  o.bias_initializer = given(f32({0.1, -0.1}, {2}));
   return o;
 }
 
@@ -373,7 +373,7 @@ TEST(LayersDropoutTest, SeededLayersRepeatTheirSequence) {
 // ---- Embedding -------------------------------------------------------------------------
 
 TEST(LayersEmbeddingTest, LooksUpRows) {
-  LayerPtr e = layers::Embedding(4, 3, from(seq({4, 3}, 1, 0)), "emb");
+  LayerPtr e = layers::Embedding(4, 3, given(seq({4, 3}, 1, 0)), "emb");
   Tensor ids = make<int32_t>({0, 3, 2, 2}, {2, 2});
   Tensor y = (*e)(ids);
   EXPECT_TRUE(array_equal(y, f32({0, 1, 2, 9, 10, 11, 6, 7, 8, 6, 7, 8}, {2, 2, 3})));
