@@ -25,7 +25,7 @@
 
 namespace kiln::serving {
 
-using detail::str_cat;
+using kiln::detail::str_cat;
 using Clock = std::chrono::steady_clock;
 
 namespace {

@@ -17,7 +17,7 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
-using detail::str_cat;
+using kiln::detail::str_cat;
 
 namespace {
 

@@ -6,7 +6,7 @@
 
 namespace kiln::serving {
 
-using detail::str_cat;
+using kiln::detail::str_cat;
 using simdjson::dom::array;
 using simdjson::dom::element;
 using simdjson::dom::object;
