@@ -28,7 +28,7 @@ struct Engine::Seq {
   bool seen = false;          // admitted at least once
   uint64_t order = 0;         // admission order (the latest is preempted first)
   bool finished = false;
-  std::optional<JsonConstraint> json;  // json_object requests
+  std::optional<JsonConstraint> json;  // json_object and json_schema requests
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
 };
 
@@ -259,9 +259,9 @@ void Engine::step() {
     if (s.computed != static_cast<int64_t>(s.tokens.size())) continue;
     std::span<float> lg(logits_.data() + row * n_vocab, static_cast<size_t>(n_vocab));
     ++row;
-    if (s.req.json_object && !s.json) {
+    if ((s.req.json_object || s.req.json_schema) && !s.json) {
       if (!json_vocab_) json_vocab_ = std::make_shared<const JsonVocabulary>(model_->tokenizer());
-      s.json.emplace(json_vocab_);
+      s.json.emplace(json_vocab_, s.req.json_schema);
     }
     if (s.json) s.json->mask(lg);
     const Sample sample = s.sampler.sample(lg, s.tokens);
@@ -274,7 +274,7 @@ void Engine::step() {
     if (s.req.on_event && (e.sample || !e.text.empty())) s.req.on_event(e);
     if (st.stop) {
       finish(s, "stop");
-    } else if (s.json && s.json->complete()) {  // the object closed: the text held back is final
+    } else if (s.json && s.json->closed()) {  // the value closed: the text held back is final
       CompletionEvent tail;
       tail.text = s.out.finish();
       if (s.req.on_event && !tail.text.empty()) s.req.on_event(tail);

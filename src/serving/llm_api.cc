@@ -780,6 +780,7 @@ bool LlmService::handle(HttpRequest& http, Responder& respond) {
       cr.sampling.seed = seed + static_cast<uint64_t>(i);
       cr.ignore_eos = call->req.ignore_eos;
       cr.json_object = call->req.json_object;
+      cr.json_schema = call->req.json_schema;
       cr.deadline = deadline;
       cr.cancelled = call->cancelled;
       cr.on_event = [call, i](const llm::CompletionEvent& ev) { call->on_event(static_cast<size_t>(i), ev); };

@@ -252,9 +252,23 @@ LlmRequest parse_llm_request(std::string_view body, bool chat) {
       if (v.get_object().get(rf) != simdjson::SUCCESS || rf["type"].get(type) != simdjson::SUCCESS)
         bad(k, "'response_format' must be an object with a 'type'");
       const std::string t = string(type, "response_format.type");
-      if (t == "json_object") r.json_object = true;
-      else if (t != "text")
-        bad(k, str_cat("response_format '", t, "' is not supported yet (text and json_object are)"));
+      if (t == "json_object") {
+        r.json_object = true;
+      } else if (t == "json_schema") {
+        object js;
+        element schema;
+        if (rf["json_schema"].get_object().get(js) != simdjson::SUCCESS)
+          bad("response_format.json_schema", "'response_format.json_schema' must be an object with a 'schema'");
+        if (js["schema"].get(schema) != simdjson::SUCCESS)
+          bad("response_format.json_schema.schema", "'response_format.json_schema.schema' is missing");
+        try {
+          r.json_schema = llm::JsonSchema::compile(simdjson::minify(schema));
+        } catch (const InvalidArgumentError& e) {
+          bad("response_format.json_schema.schema", e.what());
+        }
+      } else if (t != "text") {
+        bad(k, str_cat("response_format '", t, "' is not supported (text, json_object and json_schema are)"));
+      }
     } else if (key == "tools" || key == "functions") {
       if (!null) bad(k, str_cat("'", k, "' (tool calling) is not supported yet"));
     }

@@ -5,6 +5,7 @@
 // parser never reads past the body and takes any bytes (it is fuzzed:
 // fuzz/llm_request_fuzzer.cc).
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -12,6 +13,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/llm/chat_template.h"
+#include "kiln/llm/json_constraint.h"
 #include "kiln/llm/sampler.h"
 
 namespace kiln::serving {
@@ -43,6 +45,8 @@ struct LlmRequest {
   bool temperature_given = false, top_p_given = false, top_k_given = false, min_p_given = false;
   bool ignore_eos = false;                    // kiln: generate max_tokens whatever the model says (benchmarks)
   bool json_object = false;                   // response_format {"type": "json_object"}
+  // response_format {"type": "json_schema", "json_schema": {"schema": {...}}}, compiled.
+  std::shared_ptr<const llm::JsonSchema> json_schema;
   std::string user;
 };
 

@@ -280,7 +280,7 @@ def check_errors(s):
 
 def check_json_mode(s):
     """response_format json_object: the content is one JSON object (constrained decoding),
-    streamed or not; json_schema is refused naming the field."""
+    streamed or not; json_schema: the content follows the schema."""
     c = s.client()
     ask = [{"role": "user", "content": "Describe a cat as a JSON object with its name and age."}]
     r = c.chat.completions.create(model=MODEL, messages=ask, temperature=0, max_tokens=200,
@@ -306,12 +306,31 @@ def check_json_mode(s):
         else:
             assert finish == "length" and usage.completion_tokens == 200, (finish, usage, text)
     assert closed >= 1, "no sampled object closed within 200 tokens"
-    try:
-        c.chat.completions.create(model=MODEL, messages=ask, response_format={
-            "type": "json_schema", "json_schema": {"name": "cat", "schema": {"type": "object"}}})
-        raise AssertionError("json_schema accepted")
-    except openai.BadRequestError as e:
-        assert e.body["param"] == "response_format", e.body
+    # json_schema (OpenAI's structured outputs): the content follows the schema, keys in
+    # its order, greedy and sampled; a schema kiln cannot enforce is refused naming the field.
+    cat = {"type": "object", "additionalProperties": False, "required": ["name", "age", "colour", "toys"],
+           "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"},
+                          "colour": {"enum": ["black", "white", "ginger", "grey"]},
+                          "toys": {"type": "array", "items": {"type": "string", "maxLength": 20},
+                                   "minItems": 1, "maxItems": 3}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "cat", "strict": True, "schema": cat}}
+    for temperature, seed in ((0, None), (0.8, 7)):
+        r = c.chat.completions.create(model=MODEL, messages=ask, temperature=temperature, seed=seed, max_tokens=200,
+                                      response_format=fmt)
+        assert r.choices[0].finish_reason == "stop", r
+        obj = json.loads(r.choices[0].message.content)
+        assert list(obj) == ["name", "age", "colour", "toys"], obj
+        assert isinstance(obj["name"], str) and len(obj["name"]) <= 20, obj
+        assert isinstance(obj["age"], int) and obj["colour"] in cat["properties"]["colour"]["enum"], obj
+        assert 1 <= len(obj["toys"]) <= 3 and all(isinstance(t, str) and len(t) <= 20 for t in obj["toys"]), obj
+    for bad, says in (({"type": "string", "pattern": "^a"}, "'pattern' is not supported"),
+                      ({"$ref": "#/$defs/nothing"}, "does not resolve")):
+        try:
+            c.chat.completions.create(model=MODEL, messages=ask, response_format={
+                "type": "json_schema", "json_schema": {"name": "bad", "schema": bad}})
+            raise AssertionError("schema accepted: %r" % bad)
+        except openai.BadRequestError as e:
+            assert e.body["param"] == "response_format.json_schema.schema" and says in e.body["message"], e.body
 
 
 def check_concurrency(s):

@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 
 #include "kiln/llm/model.h"
+#include "test_util.h"
 #include "llm/tiny_model.h"
 
 namespace kiln::llm {
@@ -160,6 +162,189 @@ TEST(JsonConstraint, MaskedSamplingWritesAnObject) {
         EXPECT_EQ(std::isfinite(logits[id]), vocab->end_of_generation[static_cast<size_t>(id)] != 0) << id;
     }
     EXPECT_GE(complete, 15);
+  }
+}
+
+// ---- JSON Schema ----------------------------------------------------------------------
+
+// How many bytes of `doc` a recognizer of `schema` takes, and whether it is then complete.
+std::pair<size_t, bool> run_schema(const JsonSchema& schema, const std::string& doc) {
+  JsonRecognizer r(&schema);
+  size_t n = 0;
+  while (n < doc.size() && r.feed(static_cast<uint8_t>(doc[n]))) ++n;
+  return {n, r.complete()};
+}
+
+const char* kPersonSchema = R"({
+  "$defs": {"tag": {"type": "string", "minLength": 1, "maxLength": 3}},
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "description": "annotations are ignored", "format": "anything"},
+    "age": {"type": "integer"},
+    "score": {"type": ["number", "null"]},
+    "tags": {"type": "array", "items": {"$ref": "#/$defs/tag"}, "minItems": 1, "maxItems": 2},
+    "kind": {"enum": ["cat", "dog", 3, null]},
+    "ok": {"type": "boolean"},
+    "quo\"te": {"const": {"a": [1, 2]}}
+  },
+  "required": ["name", "tags"]
+})";
+
+TEST(JsonSchema, AcceptsValidDocumentsAndEveryPrefix) {
+  const auto person = JsonSchema::compile(kPersonSchema);
+  for (const std::string& doc : {
+           std::string(R"({"name": "Ann", "tags": ["a"]})"),
+           std::string(R"({ "name" : "" , "age": -12, "score": 1.5e3, "tags": ["abc", "\u00e9"], "kind": "dog", "ok": true })"),
+           std::string(R"({"name": "x", "score": null, "tags": ["t"], "kind": 3, "quo\"te": {"a":[1,2]}})"),
+           std::string(R"({"name": "x", "tags": ["t"], "kind": null, "ok": false})"),
+       }) {
+    SCOPED_TRACE(doc);
+    JsonRecognizer r(person.get());
+    for (size_t i = 0; i < doc.size(); ++i) {
+      ASSERT_TRUE(r.feed(static_cast<uint8_t>(doc[i]))) << "byte " << i << " '" << doc[i] << "'";
+      EXPECT_EQ(r.complete(), i + 1 == doc.size()) << "byte " << i;
+    }
+    EXPECT_TRUE(r.closed());
+  }
+  // Top-level scalars: a number is complete while it could still go on.
+  const auto integer = JsonSchema::compile(R"({"type": "integer"})");
+  JsonRecognizer r(integer.get());
+  ASSERT_TRUE(r.feed(std::string_view("12")));
+  EXPECT_TRUE(r.complete());
+  EXPECT_FALSE(r.closed());
+  EXPECT_FALSE(r.feed(std::string_view(".5")));
+  ASSERT_TRUE(r.feed(std::string_view("3 ")));
+  EXPECT_TRUE(r.closed());
+  // Recursion through $ref, and anyOf over objects that share a prefix.
+  const auto tree = JsonSchema::compile(R"({"$defs": {"node": {"type": "object", "properties": {
+      "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"]}},
+      "$ref": "#/$defs/node"})");
+  const std::string forest = R"({"v": 1, "kids": [{"v": 2}, {"v": 3, "kids": [{"v": 4, "kids": []}]}]})";
+  EXPECT_EQ(run_schema(*tree, forest), std::make_pair(forest.size(), true));
+  const auto shapes = JsonSchema::compile(R"({"anyOf": [
+      {"type": "object", "properties": {"kind": {"const": "circle"}, "r": {"type": "number"}}, "required": ["kind", "r"]},
+      {"type": "object", "properties": {"kind": {"const": "square"}, "side": {"type": "number"}}, "required": ["kind", "side"]}]})");
+  EXPECT_EQ(run_schema(*shapes, R"({"kind": "square", "side": 2})"), std::make_pair(size_t{29}, true));
+  EXPECT_EQ(run_schema(*shapes, R"({"kind": "circle", "side": 2})"), std::make_pair(size_t{20}, false));
+  // Any value where the schema says nothing.
+  const auto any = JsonSchema::compile("{}");
+  for (const char* doc : {"[1, {\"a\": null}]", "\"s\"", "true", "-0.5"}) EXPECT_TRUE(run_schema(*any, doc).second) << doc;
+}
+
+TEST(JsonSchema, RefusesAtTheFirstByteOutsideTheSchema) {
+  const auto person = JsonSchema::compile(kPersonSchema);
+  for (const auto& [doc, good] : std::vector<std::pair<std::string, size_t>>{
+           {R"({"tags": ["a"], "name": "x"})", 2},        // keys in the schema's order: "name" first (required)
+           {R"({"name": "x"})", 12},                      // "tags" is required: no '}' yet
+           {R"({"name": "x", "nick": 1})", 15},           // an undeclared key
+           {R"({"name": "x", "age": 1.5})", 22},          // an integer
+           {R"({"name": "x", "age": 1, "age": 2})", 25},  // a key twice
+           {R"({"name": "x", "tags": []})", 23},          // minItems 1
+           {R"({"name": "x", "tags": ["a", "b", "c"]})", 31},  // maxItems 2
+           {R"({"name": "x", "tags": [""]})", 24},        // minLength 1
+           {R"({"name": "x", "tags": ["abcd"]})", 27},    // maxLength 3
+           {R"({"name": "x", "tags": ["a"], "kind": "cow"})", 39},
+           {R"({"name": "x", "tags": ["a"], "kind": 4})", 37},
+           {R"({"name": "x", "tags": ["a"], "ok": 1})", 35},
+           {R"({"name": 5})", 9},
+       }) {
+    SCOPED_TRACE(doc);
+    EXPECT_EQ(run_schema(*person, doc).first, good);
+  }
+  const auto closed = JsonSchema::compile(R"({"type": "object", "additionalProperties": false})");
+  EXPECT_EQ(run_schema(*closed, R"({"a": 1})"), std::make_pair(size_t{1}, false));
+  EXPECT_EQ(run_schema(*closed, "{}"), std::make_pair(size_t{2}, true));
+  const auto map = JsonSchema::compile(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
+  EXPECT_EQ(run_schema(*map, R"({"a": 1, "b": 2})"), std::make_pair(size_t{16}, true));
+  EXPECT_EQ(run_schema(*map, R"({"a": "1"})"), std::make_pair(size_t{6}, false));
+}
+
+TEST(JsonSchema, WhatItCannotEnforceIsRefusedByName) {
+  for (const auto& [schema, message] : std::vector<std::pair<std::string, std::string>>{
+           {"{", "not JSON"},
+           {"[1]", "a schema must be an object or a boolean"},
+           {"false", "allows no value"},
+           {R"({"type": "string", "pattern": "^a"})", "'pattern' is not supported"},
+           {R"({"properties": {"n": {"type": "integer", "minimum": 0}}})", "at '#/properties/n': 'minimum' is not supported"},
+           {R"({"type": "strin"})", "unknown type 'strin'"},
+           {R"({"$ref": "#/$defs/missing"})", "$ref '#/$defs/missing' does not resolve"},
+           {R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})", "refers only to itself"},
+           {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "required property 'b' is not in 'properties'"},
+           {R"({"type": "array", "minItems": 3, "maxItems": 2})", "'maxItems' is below 'minItems'"},
+           {R"({"type": "array", "items": [{}]})", "tuples"},
+           {R"({"allOf": [{}, {}]})", "'allOf' of more than one schema"},
+           {R"({"enum": []})", "'enum' must be a non-empty array"},
+           {R"({"type": "string", "maxLength": -1})", "'maxLength' must be a non-negative integer"},
+       }) {
+    SCOPED_TRACE(schema);
+    EXPECT_KILN_ERROR(JsonSchema::compile(schema), kInvalidArgument, message);
+  }
+  std::string deep;
+  for (int i = 0; i < 100; ++i) deep += R"({"type": "array", "items": )";
+  deep += "{}" + std::string(100, '}');
+  EXPECT_KILN_ERROR(JsonSchema::compile(deep), kInvalidArgument, "nested more than 64 levels");
+}
+
+// Masked sampling with random logits under a schema: every finished run parses and
+// follows it (checked by hand below), on both tokenizer kinds.
+TEST(JsonConstraint, MaskedSamplingFollowsTheSchema) {
+  const auto schema = JsonSchema::compile(kPersonSchema);
+  for (const testing::TinyModel& tm : testing::tiny_models()) {
+    if (tm.name != "f16-qwen2-bpe" && tm.name != "q8_0-llama-spm") continue;
+    SCOPED_TRACE(tm.name);
+    const std::shared_ptr<const Model> m = testing::load_tiny_model(tm);
+    const Tokenizer& tok = m->tokenizer();
+    auto vocab = std::make_shared<const JsonVocabulary>(tok);
+    std::mt19937 rng(11);
+    std::normal_distribution<float> noise(0.0f, 2.0f);
+    int closed = 0;
+    for (int run = 0; run < 20; ++run) {
+      JsonConstraint c(vocab, schema);
+      std::string text;
+      for (int step = 0; step < 400 && !c.closed(); ++step) {
+        std::vector<float> logits(static_cast<size_t>(tok.vocab_size()));
+        for (float& l : logits) l = noise(rng);
+        if (step > 60)
+          for (TokenId id = 0; id < tok.vocab_size(); ++id)
+            if (vocab->bytes[static_cast<size_t>(id)].find_first_of("}]\"") != std::string::npos) logits[id] += 8;
+        c.mask(logits);
+        const TokenId pick = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        ASSERT_TRUE(std::isfinite(logits[pick])) << "the mask left nothing at step " << step << " after: " << text;
+        ASSERT_FALSE(vocab->end_of_generation[static_cast<size_t>(pick)]) << text;
+        text += vocab->bytes[static_cast<size_t>(pick)];
+        c.accept(pick);
+      }
+      if (!c.closed()) continue;
+      ++closed;
+      nlohmann::ordered_json j;
+      ASSERT_NO_THROW(j = nlohmann::ordered_json::parse(text)) << "'" << text << "'";
+      ASSERT_TRUE(j.is_object()) << text;
+      ASSERT_TRUE(j.contains("name") && j["name"].is_string()) << text;
+      ASSERT_TRUE(j.contains("tags") && j["tags"].is_array()) << text;
+      EXPECT_TRUE(j["tags"].size() >= 1 && j["tags"].size() <= 2) << text;
+      for (const auto& t : j["tags"]) {
+        ASSERT_TRUE(t.is_string()) << text;
+        // maxLength counts characters: an escape or a UTF-8 sequence is one.
+        const std::string v = t.get<std::string>();
+        const auto chars = std::count_if(v.begin(), v.end(), [](char ch) { return (static_cast<uint8_t>(ch) & 0xc0) != 0x80; });
+        EXPECT_TRUE(chars >= 1 && chars <= 3) << text;
+      }
+      const auto absent_or = [&](const char* key, const std::function<bool(const nlohmann::ordered_json&)>& ok) {
+        return !j.contains(key) || ok(j[key]);
+      };
+      EXPECT_TRUE(absent_or("age", [](const auto& v) { return v.is_number_integer(); })) << text;
+      EXPECT_TRUE(absent_or("score", [](const auto& v) { return v.is_number() || v.is_null(); })) << text;
+      EXPECT_TRUE(absent_or("ok", [](const auto& v) { return v.is_boolean(); })) << text;
+      EXPECT_TRUE(absent_or("kind", [](const auto& v) { return v == "cat" || v == "dog" || v == 3 || v.is_null(); })) << text;
+      EXPECT_TRUE(absent_or("quo\"te", [](const auto& v) { return v == nlohmann::ordered_json::parse(R"({"a": [1, 2]})"); })) << text;
+      std::vector<std::string> order;
+      for (const auto& [k, v] : j.items()) order.push_back(k);
+      const std::vector<std::string> declared = {"name", "age", "score", "tags", "kind", "ok", "quo\"te"};
+      EXPECT_TRUE(std::is_sorted(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+        return std::find(declared.begin(), declared.end(), a) < std::find(declared.begin(), declared.end(), b);
+      })) << text;
+    }
+    EXPECT_GE(closed, 15);
   }
 }
 

@@ -75,6 +75,10 @@ struct CompletionRequest {
   // are masked before sampling (log-probabilities are then those of the tokens allowed),
   // and the request finishes ("stop") when the object closes.
   bool json_object = false;
+  // Generate one value valid under this schema (json_schema; takes precedence over
+  // json_object), masked the same way; finishes ("stop") when nothing but whitespace can
+  // follow, or when the model ends a value that could go on (a top-level number).
+  std::shared_ptr<const JsonSchema> json_schema;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::shared_ptr<std::atomic<bool>> cancelled;  // set by the caller to stop it
   std::function<void(const CompletionEvent&)> on_event;  // on the engine thread

@@ -1,16 +1,36 @@
 #pragma once
-// Constrained decoding to one JSON object: OpenAI's `response_format: {"type":
-// "json_object"}`. A byte-level pushdown recognizer of JSON (RFC 8259: objects, arrays,
-// strings with escapes, numbers, true/false/null, whitespace) whose top-level value must
-// be an object, and the token mask it implies: before each sample, every token whose
-// bytes cannot continue a JSON object from what was generated gets -inf, and the
-// end-of-generation tokens are allowed only once the object is complete (then nothing
-// else is). The text generated is then a JSON object, or a prefix of one when max_tokens
+// Constrained decoding to JSON: OpenAI's `response_format: {"type": "json_object"}` (any
+// JSON object) and `{"type": "json_schema", "json_schema": {"schema": ...}}` (a value
+// valid under a JSON Schema). A byte-level recognizer of JSON (RFC 8259: objects, arrays,
+// strings with escapes, UTF-8, numbers, true/false/null, whitespace) driven by a compiled
+// schema, and the token mask it implies: before each sample, every token whose bytes
+// cannot continue a valid document from what was generated gets -inf, and the
+// end-of-generation tokens are allowed only once the value is complete (then nothing else
+// is). The text generated is then a valid document, or a prefix of one when max_tokens
 // cuts it short (finish_reason "length", as OpenAI's).
 //
-// Cost: the mask walks the vocabulary's token bytes from the current state (a few bytes
-// per token), except inside strings, where tokens of plain string content pass at once. Thread-safety: a JsonConstraint is one
-// sequence's; its JsonVocabulary (the tokens' bytes, made once per tokenizer) is shared
+// The schema subset (JsonSchema::compile; anything else is an InvalidArgumentError naming
+// the keyword and where it is, never silently ignored when it would constrain values):
+//   type (a name or a list of names), properties, required, additionalProperties,
+//   items, minItems, maxItems, minLength, maxLength, enum, const, anyOf, oneOf (as anyOf:
+//   alternatives are not checked for exclusivity), allOf of one schema, $ref to "#",
+//   "#/$defs/NAME" or "#/definitions/NAME" (recursion allowed), true / {} (any value).
+//   Annotations are ignored: title, description, default, examples, format (an annotation
+//   in JSON Schema 2020-12), $schema, $id, $comment, deprecated, readOnly, writeOnly.
+// What is generated for an object with `properties`: its keys in the schema's order,
+// each at most once, every required one present; keys not declared are not generated
+// (additionalProperties allows them, it does not ask for them). An object schema without
+// `properties` takes any keys (values: additionalProperties' schema, else anything),
+// unless additionalProperties is false (then only {}). Enum and const values are written
+// in compact JSON (no whitespace inside). Whitespace is free elsewhere, as JSON allows.
+// Numbers stay what every reader takes: at most 2 exponent digits, and at most 18 digits
+// for "integer" (an int64).
+//
+// Cost: the mask walks the vocabulary as a trie (tokens in byte order: a prefix shared by
+// many tokens is fed once, and a prefix refused refuses them all); inside a string without
+// a length limit, tokens of plain string content pass at once and only the others are
+// walked. Thread-safety: a JsonConstraint is one sequence's; its
+// JsonVocabulary (the tokens' bytes, made once per tokenizer) and JsonSchema are shared
 // read-only.
 #include <cstdint>
 #include <memory>
@@ -23,46 +43,93 @@
 
 namespace kiln::llm {
 
+// A compiled JSON Schema: a graph of nodes (references make it cyclic).
+class JsonSchema {
+ public:
+  // InvalidArgumentError for text that is not JSON, a schema that is not an object or a
+  // boolean, a keyword this subset cannot enforce, a $ref that does not resolve, or more
+  // than 10,000 nodes; the message names the place as a JSON pointer.
+  static std::shared_ptr<const JsonSchema> compile(std::string_view schema_json);
+  // Any JSON object (json_object).
+  static std::shared_ptr<const JsonSchema> any_object();
+
+  struct Property {
+    std::string key;  // the key as generated: JSON-escaped, then the closing quote
+    int32_t node = -1;
+    bool required = false;
+  };
+  struct Node {
+    enum class Kind : uint8_t { kAny, kObject, kArray, kString, kNumber, kInteger, kLiterals, kUnion, kRef };
+    Kind kind = Kind::kAny;
+    std::vector<Property> properties;     // kObject, in the schema's order
+    std::vector<int32_t> next_required;   // kObject: the first required property at or after i (size n + 1)
+    std::vector<int32_t> keys_sorted;     // kObject: property indices by key bytes
+    bool free_keys = false;               // kObject without properties: any key
+    int32_t values = -1;                  // kObject with free keys: their values' node (-1: any)
+    int32_t items = -1;                   // kArray: the items' node (-1: any)
+    int64_t min = 0, max = -1;            // kArray items, kString characters (-1: no limit)
+    std::vector<std::string> literals;    // kLiterals: compact JSON texts, sorted
+    std::vector<int32_t> alternatives;    // kUnion
+    int32_t target = -1;                  // kRef (resolved after compiling)
+  };
+  const Node& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
+  int32_t root() const { return root_; }
+  size_t size() const { return nodes_.size(); }
+
+ private:
+  friend class JsonSchemaCompiler;
+  std::vector<Node> nodes_;
+  int32_t root_ = -1;
+};
+
 class JsonRecognizer {
  public:
-  // Consumes one byte; false, leaving the state as it was, when no JSON object begins
+  // Any JSON object (the schema of json_object).
+  JsonRecognizer();
+  // A value valid under `schema` (kept alive by the caller).
+  explicit JsonRecognizer(const JsonSchema* schema);
+  // Consumes one byte; false, leaving the state as it was, when no valid document begins
   // with the bytes so far followed by `c`.
   bool feed(uint8_t c);
   // All of `bytes` or nothing.
   bool feed(std::string_view bytes);
-  // The bytes so far are one whole object (whitespace after it allowed).
-  bool complete() const { return mode_ == Mode::kDone; }
-  // Inside a string, between characters: any whole UTF-8 text without '"', '\\' and
-  // control characters continues it.
-  bool between_string_characters() const { return mode_ == Mode::kString && utf8_left_ == 0; }
+  // Consumes one byte without keeping the state to return to: on false the recognizer
+  // accepts nothing any more (the mask's walk, which copies before it tries).
+  bool advance(uint8_t c);
+  // The bytes so far are one whole valid value (whitespace after it allowed): the text
+  // may end here.
+  bool complete() const;
+  // Complete, and nothing but whitespace can follow (a top-level number or enum literal
+  // may still go on while complete).
+  bool closed() const;
+  // Inside a string without a length limit, between characters: any whole UTF-8 text
+  // without '"', '\\' and control characters continues it.
+  bool between_string_characters() const;
+
+  enum class Mode : uint8_t;
+  struct Frame {
+    int32_t node;        // the container's schema node (-1: any)
+    int32_t cursor = 0;  // object: the next property that may come; array: items so far
+    bool array = false;
+  };
+  // One reading of the bytes so far; unions make several.
+  struct Path {
+    std::vector<Frame> stack;
+    Mode mode{};
+    int32_t node = -1;  // the schema of the value, string, literal or key being read (-1: any)
+    int32_t lo = 0, hi = 0, at = 0;  // literals and keys: the candidates [lo, hi) and the byte position
+    int64_t chars = 0;               // string: characters so far
+    uint8_t num = 0;                 // number: where in the grammar
+    uint8_t utf8_left = 0, utf8_lo = 0x80, utf8_hi = 0xbf, unicode_left = 0;
+    bool in_key = false, integer = false;
+  };
 
  private:
-  enum class Mode : uint8_t {
-    kStart,           // before the object: whitespace or '{'
-    kValue,           // a value is expected
-    kKeyOrClose,      // after '{': a key or '}'
-    kKey,             // after ',' in an object: a key
-    kColon,           // after a key
-    kAfterValue,      // after a value in a container: ',' or its closing bracket
-    kValueOrClose,    // after '[': a value or ']'
-    kString,          // inside a string (key or value)
-    kEscape,          // after a backslash
-    kUnicode,         // in \uXXXX (unicode_left hex digits to go)
-    kNumber,          // inside a number (number_ says where)
-    kLiteral,         // inside true / false / null (literal_ and literal_at_)
-    kDone,            // the object is closed: only whitespace
-  };
-  enum class Num : uint8_t { kMinus, kZero, kInt, kDot, kFrac, kExp, kExpSign, kExpDigits };
-  bool step(uint8_t c);
-  void end_value();  // a value ended: back to the container (or done)
-  Mode mode_ = Mode::kStart;
-  Num number_ = Num::kInt;
-  bool in_key_ = false;
-  uint8_t unicode_left_ = 0;
-  uint8_t utf8_left_ = 0, utf8_lo_ = 0x80, utf8_hi_ = 0xbf;  // a multi-byte character in a string
-  const char* literal_ = nullptr;
-  uint8_t literal_at_ = 0;
-  std::string stack_;  // '{' or '[' per open container (a string: copies of a shallow one do not allocate)
+  void step(Path p, uint8_t c, std::vector<Path>& out) const;
+  void start_value(Path p, int32_t node, uint8_t c, std::vector<Path>& out) const;
+  void end_value(Path& p) const;
+  const JsonSchema* schema_;
+  std::vector<Path> paths_;
 };
 
 // Every token's bytes as generated text, and which tokens end generation: made once per
@@ -74,20 +141,26 @@ struct JsonVocabulary {
   // Per token: its bytes are string content (whole UTF-8 characters, no '"', '\\' or
   // control character): inside a string the mask takes them without walking them.
   std::vector<uint8_t> string_content;
+  // The tokens with bytes in byte order (the mask walks them as a trie), all of them and
+  // those that are not string content.
+  std::vector<TokenId> sorted, sorted_not_content;
 };
 
 class JsonConstraint {
  public:
-  explicit JsonConstraint(std::shared_ptr<const JsonVocabulary> vocab) : vocab_(std::move(vocab)) {}
+  // A JSON object, or a value under `schema` when given.
+  explicit JsonConstraint(std::shared_ptr<const JsonVocabulary> vocab, std::shared_ptr<const JsonSchema> schema = nullptr);
   // Sets the logits of the tokens that cannot come next to -inf (one logit per token).
   void mask(std::span<float> logits) const;
   // Advances by the token chosen (one the mask allowed; an end-of-generation token or a
   // token that does not fit changes nothing).
   void accept(TokenId token);
   bool complete() const { return json_.complete(); }
+  bool closed() const { return json_.closed(); }
 
  private:
   std::shared_ptr<const JsonVocabulary> vocab_;
+  std::shared_ptr<const JsonSchema> schema_;
   JsonRecognizer json_;
 };
 
