@@ -22,9 +22,7 @@ namespace {
 
 // A tensor of the file as [rows, cols] f32 values (ggml's dims are {cols, rows}).
 Tensor dequantized(const GgufFile& f, const std::string& name, const std::vector<int64_t>& shape) {
-  const GgufTensor* t = f.find_tensor(name);
-  if (t == nullptr) throw NotFoundError(f.name() + ": tensor '" + name + "' is missing");
-  return Tensor::from_vector(f.dequantize(*t), Shape(shape));
+  return Tensor::from_vector(f.dequantize(f.tensor(name)), Shape(shape));
 }
 
 // y = x w^T: x [n, in] f32, w [out, in]; x rounded to w's dtype, y f32.

@@ -39,31 +39,6 @@ std::shared_ptr<const llm::Model> load_model(const std::string& path, const LlmD
   return llm::Model::load(path, o);
 }
 
-}  // namespace
-
-CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
-  auto* c = app.add_subcommand("generate", "Generate text with a GGUF language model, streamed to stdout");
-  c->add_option("-m,--model", a.model, "The GGUF file (with --server: the model's name there; default: its only one)");
-  c->add_option("--server", a.server, "Ask a running kiln serve at http://HOST:PORT instead of loading the model here");
-  c->add_option("-p,--prompt", a.prompt, "The prompt (special tokens such as <|im_start|> are parsed)");
-  c->add_option("-f,--prompt-file", a.prompt_file, "Read the prompt from this file");
-  c->add_option("-n,--max-tokens", a.max_tokens, "Tokens to generate at most")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  c->add_option("--temperature,--temp", a.temperature, "0: greedy")->check(CLI::Range(0.0f, 100.0f));
-  c->add_option("--top-k", a.top_k, "0: off")->check(CLI::Range(0, 1 << 30));
-  c->add_option("--top-p", a.top_p)->check(CLI::Range(0.0f, 1.0f));
-  c->add_option("--min-p", a.min_p)->check(CLI::Range(0.0f, 1.0f));
-  c->add_option("--repeat-penalty", a.repeat_penalty)->check(CLI::Range(0.0f, 100.0f));
-  c->add_option("-s,--seed", a.seed, "Sampling seed (same seed, same text)");
-  c->add_option("-t,--threads", a.threads, "CPU threads (default: every core)")->check(CLI::Range(1, 1024));
-  c->add_option("--stop", a.stop, "Stop when this text appears (repeatable)");
-  c->add_flag("--ignore-eos", a.ignore_eos, "Do not stop at end-of-generation tokens (benchmarks)");
-  c->add_flag("--raw", a.raw, "Tokenize special-token text as plain text");
-  add_device_options(c, a.where);
-  return c;
-}
-
-namespace {
-
 // The request fields a GenerateArgs sets (model, sampling, stop; streamed, with usage).
 std::string server_request_fields(const GenerateArgs& a) {
   std::string b = "\"model\": " + json_string(a.model) + ", \"max_tokens\": " + std::to_string(a.max_tokens) +
@@ -140,6 +115,27 @@ int run_chat_on_server(const ChatArgs& a) {
 }
 
 }  // namespace
+
+CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
+  auto* c = app.add_subcommand("generate", "Generate text with a GGUF language model, streamed to stdout");
+  c->add_option("-m,--model", a.model, "The GGUF file (with --server: the model's name there; default: its only one)");
+  c->add_option("--server", a.server, "Ask a running kiln serve at http://HOST:PORT instead of loading the model here");
+  c->add_option("-p,--prompt", a.prompt, "The prompt (special tokens such as <|im_start|> are parsed)");
+  c->add_option("-f,--prompt-file", a.prompt_file, "Read the prompt from this file");
+  c->add_option("-n,--max-tokens", a.max_tokens, "Tokens to generate at most")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  c->add_option("--temperature,--temp", a.temperature, "0: greedy")->check(CLI::Range(0.0f, 100.0f));
+  c->add_option("--top-k", a.top_k, "0: off")->check(CLI::Range(0, 1 << 30));
+  c->add_option("--top-p", a.top_p)->check(CLI::Range(0.0f, 1.0f));
+  c->add_option("--min-p", a.min_p)->check(CLI::Range(0.0f, 1.0f));
+  c->add_option("--repeat-penalty", a.repeat_penalty)->check(CLI::Range(0.0f, 100.0f));
+  c->add_option("-s,--seed", a.seed, "Sampling seed (same seed, same text)");
+  c->add_option("-t,--threads", a.threads, "CPU threads (default: every core)")->check(CLI::Range(1, 1024));
+  c->add_option("--stop", a.stop, "Stop when this text appears (repeatable)");
+  c->add_flag("--ignore-eos", a.ignore_eos, "Do not stop at end-of-generation tokens (benchmarks)");
+  c->add_flag("--raw", a.raw, "Tokenize special-token text as plain text");
+  add_device_options(c, a.where);
+  return c;
+}
 
 int run_generate(const GenerateArgs& a) {
   if (a.threads > 0) set_num_threads(a.threads);
