@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "kiln/core/error.h"
 
@@ -82,6 +83,8 @@ GenerateResult generate_in(const Model& model, KvCache& cache, KvCache::SeqId se
     throw InvalidArgumentError("generate_in: `cached` must list the tokens the sequence holds");
   Sampler sampler(options.sampling, c.n_vocab);
   TextOutput out(tok, options.stop, options.ignore_eos);
+  std::optional<JsonConstraint> json;
+  if (options.json) json.emplace(std::make_shared<const JsonVocabulary>(tok), options.json);
 
   // Reuse the cached prefix the prompt shares (at least the last prompt token runs again,
   // for its logits).
@@ -115,7 +118,9 @@ GenerateResult generate_in(const Model& model, KvCache& cache, KvCache::SeqId se
   t0 = Clock::now();
   r.finish_reason = "length";
   for (int64_t i = 0; i < options.max_tokens; ++i) {
+    if (json) json->mask(logits);
     Sample s = sampler.sample(logits, history);
+    if (json) json->accept(s.token);
     TextOutput::Step step = out.push(s.token);
     if (!step.eog) {
       r.tokens.push_back(s.token);
@@ -124,6 +129,11 @@ GenerateResult generate_in(const Model& model, KvCache& cache, KvCache::SeqId se
     }
     emit(step.text);
     if (step.stop) {
+      r.finish_reason = "stop";
+      break;
+    }
+    if (json && json->closed()) {  // the value closed: the text held back is final
+      emit(out.finish());
       r.finish_reason = "stop";
       break;
     }

@@ -293,7 +293,8 @@ bool same(const JsonRecognizer::Path& a, const JsonRecognizer::Path& b) {
       a.unicode_left != b.unicode_left || a.in_key != b.in_key || a.integer != b.integer || a.stack.size() != b.stack.size())
     return false;
   for (size_t i = 0; i < a.stack.size(); ++i)
-    if (a.stack[i].node != b.stack[i].node || a.stack[i].cursor != b.stack[i].cursor) return false;
+    if (a.stack[i].node != b.stack[i].node || a.stack[i].cursor != b.stack[i].cursor || a.stack[i].array != b.stack[i].array)
+      return false;
   return true;
 }
 }  // namespace
@@ -405,7 +406,7 @@ void JsonRecognizer::start_value(Path p, int32_t node, uint8_t c, std::vector<Pa
     p.integer = kind == Kind::kInteger;
     p.num = c == '-' ? kMinus : c == '0' ? kZero : kInt;
     p.chars = c == '-' ? 0 : 1;
-    p.at = 0;
+    p.lo = p.at = 0;
   } else {
     return;
   }
@@ -605,12 +606,14 @@ void JsonRecognizer::step(Path p, uint8_t c, std::vector<Path>& out) const {
       if (--p.unicode_left == 0) p.mode = Mode::kString;
       return out.push_back(std::move(p));
     case Mode::kNumber: {
-      // Integer digits (p.chars) at most 18 for "integer" (an int64 to any reader); exponent
-      // digits (p.at) at most 2 (a double to any reader).
+      // What any reader takes: integer digits (p.chars) at most 18 for "integer" (an int64),
+      // else 16, fraction digits (p.lo) at most 16, exponent digits (p.at) at most 2 (a
+      // double).
       const auto next = [&](uint8_t n) {
         if (n == kInt || n == kZero) ++p.chars;
+        if (n == kFrac) ++p.lo;
         if (n == kExpDigits) ++p.at;
-        if ((p.integer && p.chars > 18) || p.at > 2) return;
+        if (p.chars > (p.integer ? 18 : 16) || p.lo > 16 || p.at > 2) return;
         p.num = n;
         out.push_back(std::move(p));
       };

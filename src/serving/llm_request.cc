@@ -264,7 +264,7 @@ LlmRequest parse_llm_request(std::string_view body, bool chat) {
         try {
           r.json_schema = llm::JsonSchema::compile(simdjson::minify(schema));
         } catch (const InvalidArgumentError& e) {
-          bad("response_format.json_schema.schema", e.what());
+          bad("response_format.json_schema.schema", e.message());
         }
       } else if (t != "text") {
         bad(k, str_cat("response_format '", t, "' is not supported (text, json_object and json_schema are)"));

@@ -40,6 +40,21 @@ std::shared_ptr<const llm::Model> load_model(const std::string& path, const LlmD
 }
 
 // The request fields a GenerateArgs sets (model, sampling, stop; streamed, with usage).
+// --json-schema: the schema's text (given inline when it starts with '{', else a file).
+std::string json_schema_text(const GenerateArgs& a) {
+  const size_t first = a.json_schema.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && a.json_schema[first] == '{' ? a.json_schema : read_file(a.json_schema);
+}
+
+// --json / --json-schema, checked before anything runs (a schema kiln cannot enforce is
+// an InvalidArgumentError naming the keyword); null when neither is given.
+std::shared_ptr<const llm::JsonSchema> json_constraint(const GenerateArgs& a) {
+  if (a.json && !a.json_schema.empty()) throw InvalidArgumentError("give --json or --json-schema, not both");
+  if (a.json) return llm::JsonSchema::any_object();
+  if (a.json_schema.empty()) return nullptr;
+  return llm::JsonSchema::compile(json_schema_text(a));
+}
+
 std::string server_request_fields(const GenerateArgs& a) {
   std::string b = "\"model\": " + json_string(a.model) + ", \"max_tokens\": " + std::to_string(a.max_tokens) +
                   ", \"temperature\": " + std::to_string(a.temperature) + ", \"top_k\": " + std::to_string(a.top_k) +
@@ -48,7 +63,12 @@ std::string server_request_fields(const GenerateArgs& a) {
                   ", \"ignore_eos\": " + (a.ignore_eos ? "true" : "false") +
                   ", \"stream\": true, \"stream_options\": {\"include_usage\": true}, \"stop\": [";
   for (size_t i = 0; i < a.stop.size(); ++i) b += (i ? ", " : "") + json_string(a.stop[i]);
-  return b + "]";
+  b += "]";
+  if (a.json) b += ", \"response_format\": {\"type\": \"json_object\"}";
+  if (!a.json_schema.empty())
+    b += ", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"kiln-generate\", \"schema\": " +
+         json_schema_text(a) + "}}";
+  return b;
 }
 
 void print_piece(std::string_view piece) {
@@ -58,6 +78,7 @@ void print_piece(std::string_view piece) {
 
 int run_generate_on_server(const GenerateArgs& a, const std::string& prompt) {
   if (a.raw) throw InvalidArgumentError("--raw is for local generation (the server parses special tokens)");
+  json_constraint(a);  // a schema kiln cannot enforce fails here, before the request
   std::fputs(prompt.c_str(), stdout);
   std::fflush(stdout);
   const serving::LlmClientResult r = serving::llm_stream(
@@ -133,6 +154,9 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
   c->add_option("--stop", a.stop, "Stop when this text appears (repeatable)");
   c->add_flag("--ignore-eos", a.ignore_eos, "Do not stop at end-of-generation tokens (benchmarks)");
   c->add_flag("--raw", a.raw, "Tokenize special-token text as plain text");
+  c->add_flag("--json", a.json, "Constrain the output to one JSON object");
+  c->add_option("--json-schema", a.json_schema,
+                "Constrain the output to a value valid under this JSON Schema: a file, or the schema's text ({...})");
   add_device_options(c, a.where);
   return c;
 }
@@ -143,10 +167,11 @@ int run_generate(const GenerateArgs& a) {
   const std::string prompt = a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file);
   if (!a.server.empty()) return run_generate_on_server(a, prompt);
   if (a.model.empty()) throw InvalidArgumentError("give --model (a GGUF file) or --server");
+  llm::GenerateOptions o;
+  o.json = json_constraint(a);
   const auto t0 = std::chrono::steady_clock::now();
   auto model = load_model(a.model, a.where);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  llm::GenerateOptions o;
   o.max_tokens = a.max_tokens;
   o.stop = a.stop;
   o.ignore_eos = a.ignore_eos;

@@ -31,6 +31,8 @@ struct GenerateArgs {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   bool raw = false;  // no special-token parsing
+  bool json = false;        // constrain the output to one JSON object
+  std::string json_schema;  // ... to a value valid under this JSON Schema (a file, or the schema's text)
   std::string server;  // http://HOST:PORT of a kiln serve (or OpenAI-compatible) server; then model is its model name
   LlmDeviceArgs where;
 };

@@ -41,3 +41,20 @@ printf 'What is the capital of France?\nAnd of Germany?\n/reset\nSay hi.\n' |
 "$kiln" generate -m "$model" --device cpu --dtype f32 --temperature 0 -n 16 -t 2 \
   -p $'<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n' 2>&1; echo "tensor path rc=$?"
 "$kiln" generate -m "$model" --device cuda:7 -p hi 2>&1; echo "no such device rc=$?"
+# Constrained output (--json-schema, a file): the text after the prompt parses and has the
+# schema's keys in its order; a schema kiln cannot enforce is refused before the model loads.
+cat > "$tmp/city.json" <<'SCHEMA'
+{"type": "object", "required": ["city", "country", "population_millions"],
+ "properties": {"city": {"type": "string", "maxLength": 30}, "country": {"type": "string", "maxLength": 30},
+                "population_millions": {"type": "number"}}}
+SCHEMA
+"$kiln" generate -m "$model" --temperature 0 -n 80 -t 2 --json-schema "$tmp/city.json" \
+  -p $'<|im_start|>user\nDescribe Paris as JSON.<|im_end|>\n<|im_start|>assistant\n' >"$tmp/out" 2>"$tmp/err"
+echo "json schema rc=$?"
+sed '1,/^<|im_start|>assistant$/d' "$tmp/out" | python3 -c '
+import json, sys
+o = json.load(sys.stdin)
+assert list(o) == ["city", "country", "population_millions"], o
+print("json schema followed:", o["city"])'
+grep -o "finish: stop" "$tmp/err"
+"$kiln" generate -m "$model" -p hi --json-schema '{"type": "string", "pattern": "^a"}' 2>&1; echo "unenforceable schema rc=$?"

@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 
+#include "kiln/llm/generate.h"
 #include "kiln/llm/model.h"
 #include "test_util.h"
 #include "llm/tiny_model.h"
@@ -346,6 +347,35 @@ TEST(JsonConstraint, MaskedSamplingFollowsTheSchema) {
     }
     EXPECT_GE(closed, 15);
   }
+}
+
+// generate() with a schema: sampled runs on a tiny model end "stop" with a value that
+// parses and follows it, or "length" with a prefix of one.
+TEST(JsonConstraint, GenerateStopsWhenTheValueCloses) {
+  const std::shared_ptr<const Model> m = testing::load_tiny_model(testing::tiny_models()[1]);
+  GenerateOptions o;
+  o.max_tokens = 400;
+  o.sampling.temperature = 1.0f;
+  o.json = JsonSchema::compile(R"({"type": "object", "properties": {"n": {"type": "integer"}, "tags": {"type": "array",
+      "items": {"enum": ["a", "b"]}, "maxItems": 3}}, "required": ["n", "tags"]})");
+  int stopped = 0;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    o.sampling.seed = seed;
+    const GenerateResult r = generate(*m, "json:", o);
+    SCOPED_TRACE(r.text);
+    JsonRecognizer check(o.json.get());
+    ASSERT_TRUE(check.feed(r.text));
+    if (r.finish_reason != "stop") {
+      EXPECT_EQ(r.finish_reason, "length");
+      continue;
+    }
+    ++stopped;
+    EXPECT_TRUE(check.closed());
+    const nlohmann::json j = nlohmann::json::parse(r.text);
+    EXPECT_TRUE(j["n"].is_number_integer());
+    EXPECT_LE(j["tags"].size(), 3u);
+  }
+  EXPECT_GE(stopped, 4);
 }
 
 }  // namespace

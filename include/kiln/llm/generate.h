@@ -5,10 +5,12 @@
 // these on one KV cache; this is the single-sequence form (`kiln generate`, tests).
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kiln/llm/json_constraint.h"
 #include "kiln/llm/model.h"
 #include "kiln/llm/sampler.h"
 
@@ -46,6 +48,10 @@ struct GenerateOptions {
   bool parse_special = true;      // control tokens written in the prompt are tokens
   bool ignore_eos = false;        // keep going past end-of-generation tokens (benchmarks)
   int64_t prefill_chunk = 512;    // prompt tokens per forward step
+  // Constrained decoding (kiln/llm/json_constraint.h): a value valid under this schema
+  // (JsonSchema::any_object() for one JSON object); the generation stops ("stop") when
+  // nothing but whitespace could follow.
+  std::shared_ptr<const JsonSchema> json;
   KvCacheOptions cache;           // max_tokens is raised to fit prompt + max_tokens
 };
 

@@ -21,10 +21,12 @@
 // each at most once, every required one present; keys not declared are not generated
 // (additionalProperties allows them, it does not ask for them). An object schema without
 // `properties` takes any keys (values: additionalProperties' schema, else anything),
-// unless additionalProperties is false (then only {}). Enum and const values are written
+// unless additionalProperties is false (then only {}). Under anyOf the recognizer follows
+// every alternative the bytes fit (at most 64 readings at once: beyond that some valid
+// continuations are masked, the output stays valid). Enum and const values are written
 // in compact JSON (no whitespace inside). Whitespace is free elsewhere, as JSON allows.
-// Numbers stay what every reader takes: at most 2 exponent digits, and at most 18 digits
-// for "integer" (an int64).
+// Numbers stay what every reader takes: at most 16 integer digits (18 for "integer": an
+// int64), 16 fraction digits and 2 exponent digits.
 //
 // Cost: the mask walks the vocabulary as a trie (tokens in byte order: a prefix shared by
 // many tokens is fed once, and a prefix refused refuses them all); inside a string without
@@ -117,8 +119,9 @@ class JsonRecognizer {
     std::vector<Frame> stack;
     Mode mode{};
     int32_t node = -1;  // the schema of the value, string, literal or key being read (-1: any)
-    int32_t lo = 0, hi = 0, at = 0;  // literals and keys: the candidates [lo, hi) and the byte position
-    int64_t chars = 0;               // string: characters so far
+    int32_t lo = 0, hi = 0;  // literals and keys: the candidates [lo, hi); number: fraction digits (lo)
+    int32_t at = 0;          // literals and keys: the byte position; number: exponent digits
+    int64_t chars = 0;       // string: characters so far; number: integer digits
     uint8_t num = 0;                 // number: where in the grammar
     uint8_t utf8_left = 0, utf8_lo = 0x80, utf8_hi = 0xbf, unicode_left = 0;
     bool in_key = false, integer = false;

@@ -1,0 +1,87 @@
+"""One greedy chat stream per mode against an OpenAI-compatible server (bench/llm_json_compare.sh):
+no constraint (128 tokens, ignore_eos), response_format json_object, and a json_schema. Prints one
+JSON line per mode: the mean inter-token latency over the streamed tokens, and whether the answer
+parses and follows the schema. Only the standard library.
+
+  llm_json_load.py URL SERVER_LABEL
+"""
+import http.client
+import json
+import sys
+import time
+from urllib.parse import urlparse
+
+SCHEMA = {
+    "$defs": {"friend": {"type": "object", "properties": {"name": {"type": "string"},
+                                                          "species": {"enum": ["cat", "dog", "bird"]}},
+                         "required": ["name", "species"], "additionalProperties": False}},
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                   "colour": {"enum": ["black", "white", "ginger", "grey"]},
+                   "friends": {"type": "array", "items": {"$ref": "#/$defs/friend"}}},
+    "required": ["name", "age", "colour", "friends"], "additionalProperties": False,
+}
+ASK = [{"role": "user", "content": "Describe a cat and its friends as JSON."}]
+
+
+def follows(obj):
+    if not isinstance(obj, dict) or list(obj) != ["name", "age", "colour", "friends"]:
+        return False
+    if not isinstance(obj["name"], str) or not isinstance(obj["age"], int) or obj["colour"] not in SCHEMA["properties"]["colour"]["enum"]:
+        return False
+    return all(isinstance(f, dict) and list(f) == ["name", "species"] and f["species"] in ("cat", "dog", "bird")
+               for f in obj["friends"])
+
+
+def stream(url, body):
+    u = urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
+    times, text = [], ""
+    try:
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise SystemExit("HTTP %d: %s" % (resp.status, resp.read()[:300]))
+        while True:
+            line = resp.readline()
+            if not line:
+                break
+            if not line.startswith(b"data: "):
+                continue
+            data = line[6:].strip()
+            if data == b"[DONE]":
+                break
+            ev = json.loads(data)
+            ch = ev.get("choices") or []
+            if ch and ch[0].get("delta", {}).get("content"):
+                times.append(time.perf_counter())
+                text += ch[0]["delta"]["content"]
+    finally:
+        conn.close()
+    return times, text
+
+
+def main():
+    url, label = sys.argv[1], sys.argv[2]
+    base = {"model": "m", "messages": ASK, "temperature": 0, "max_tokens": 128, "stream": True}
+    modes = {"text": dict(base, ignore_eos=True),
+             "json_object": dict(base, response_format={"type": "json_object"}),
+             "json_schema": dict(base, response_format={"type": "json_schema",
+                                                        "json_schema": {"name": "cat", "schema": SCHEMA}})}
+    stream(url, base)  # warm-up
+    for mode, body in modes.items():
+        times, text = stream(url, body)
+        itl = [(b - a) * 1e3 for a, b in zip(times, times[1:])]
+        valid = True
+        if mode != "text":
+            try:
+                obj = json.loads(text)
+                valid = isinstance(obj, dict) and (mode == "json_object" or follows(obj))
+            except ValueError:
+                valid = False
+        print(json.dumps({"server": label, "mode": mode, "itl_ms": sum(itl) / max(len(itl), 1), "pieces": len(times),
+                          "valid": valid, "text": text[:200]}))
+
+
+if __name__ == "__main__":
+    main()
