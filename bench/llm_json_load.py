@@ -1,5 +1,6 @@
 """One greedy chat stream per mode against an OpenAI-compatible server (bench/llm_json_compare.sh):
-no constraint (128 tokens, ignore_eos), response_format json_object, and a json_schema. Prints one
+no constraint (128 tokens, ignore_eos), response_format json_object, and a json_schema (up to
+400 tokens). Prints one
 JSON line per mode: the mean inter-token latency over the streamed tokens, and whether the answer
 parses and follows the schema. Only the standard library.
 
@@ -18,7 +19,7 @@ SCHEMA = {
     "type": "object",
     "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
                    "colour": {"enum": ["black", "white", "ginger", "grey"]},
-                   "friends": {"type": "array", "items": {"$ref": "#/$defs/friend"}}},
+                   "friends": {"type": "array", "items": {"$ref": "#/$defs/friend"}, "maxItems": 3}},
     "required": ["name", "age", "colour", "friends"], "additionalProperties": False,
 }
 ASK = [{"role": "user", "content": "Describe a cat and its friends as JSON."}]
@@ -36,7 +37,7 @@ def follows(obj):
 def stream(url, body):
     u = urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
-    times, text = [], ""
+    times, text, finish = [], "", None
     try:
         conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
@@ -53,24 +54,26 @@ def stream(url, body):
                 break
             ev = json.loads(data)
             ch = ev.get("choices") or []
+            if ch and ch[0].get("finish_reason"):
+                finish = ch[0]["finish_reason"]
             if ch and ch[0].get("delta", {}).get("content"):
                 times.append(time.perf_counter())
                 text += ch[0]["delta"]["content"]
     finally:
         conn.close()
-    return times, text
+    return times, text, finish
 
 
 def main():
     url, label = sys.argv[1], sys.argv[2]
-    base = {"model": "m", "messages": ASK, "temperature": 0, "max_tokens": 128, "stream": True}
-    modes = {"text": dict(base, ignore_eos=True),
+    base = {"model": "m", "messages": ASK, "temperature": 0, "max_tokens": 400, "stream": True}
+    modes = {"text": dict(base, max_tokens=128, ignore_eos=True),
              "json_object": dict(base, response_format={"type": "json_object"}),
              "json_schema": dict(base, response_format={"type": "json_schema",
                                                         "json_schema": {"name": "cat", "schema": SCHEMA}})}
-    stream(url, base)  # warm-up
+    stream(url, dict(base, max_tokens=16))  # warm-up
     for mode, body in modes.items():
-        times, text = stream(url, body)
+        times, text, finish = stream(url, body)
         itl = [(b - a) * 1e3 for a, b in zip(times, times[1:])]
         valid = True
         if mode != "text":
@@ -80,7 +83,7 @@ def main():
             except ValueError:
                 valid = False
         print(json.dumps({"server": label, "mode": mode, "itl_ms": sum(itl) / max(len(itl), 1), "pieces": len(times),
-                          "valid": valid, "text": text[:200]}))
+                          "finish": finish, "valid": valid, "text": text[:300]}))
 
 
 if __name__ == "__main__":

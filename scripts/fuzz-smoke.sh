@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="${1:-build/asan/fuzz}"
-runs="${KILN_FUZZ_RUNS:-60000}" secs="${KILN_FUZZ_SECONDS:-20}" seed="${KILN_FUZZ_SEED:-1}"
+runs="${KILN_FUZZ_RUNS:-60000}" secs="${KILN_FUZZ_SECONDS:-10}" seed="${KILN_FUZZ_SEED:-1}"
 work=$(mktemp -d)
 status=0
 for f in "$dir"/*_fuzzer; do
