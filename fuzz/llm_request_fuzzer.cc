@@ -1,7 +1,8 @@
 // libFuzzer target: OpenAI request bodies -> LlmRequest (src/serving/llm_request.cc), as
 // chat (first byte even) or completions. Any input must either parse or throw
 // InvalidArgumentError (RequestFieldError naming a field); a parsed request must hold
-// what the parser promises (n in range, stop strings non-empty, a model, an input).
+// what the parser promises (n in range, stop strings non-empty, a model, an input), and
+// active tools come with the answer's schema.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -24,6 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.prompt_is_tokens && !r.prompt.empty()) std::abort();
     if (r.max_tokens && *r.max_tokens < 1) std::abort();
     if (r.sampling.top_p <= 0 || r.sampling.top_p > 1 || r.sampling.temperature < 0) std::abort();
+    if (r.tools.active() != (r.tool_schema != nullptr)) std::abort();
+    if (r.tools.active() && with_tool_instructions(r.messages, r.tools, false).size() < r.messages.size()) std::abort();
   } catch (const InvalidArgumentError&) {
   }
   return 0;

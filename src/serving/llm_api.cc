@@ -21,6 +21,7 @@
 #include "kiln/serving/status.h"
 #include "kiln/llm/model.h"
 #include "llm_request.h"
+#include "llm_tools.h"
 #include "log.h"
 
 namespace kiln::serving {
@@ -179,6 +180,19 @@ std::string new_id(const char* prefix) {
   return buf;
 }
 
+// A tool call's id: "call_" and 24 letters and digits, as OpenAI's.
+std::string call_id() {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string id = "call_";
+  uint64_t r = random_seed();
+  for (int i = 0; i < 24; ++i) {
+    if (i == 12) r = random_seed();
+    id += kAlphabet[r % 62];
+    r /= 62;
+  }
+  return id;
+}
+
 int64_t unix_time() { return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // One API call: n engine requests (choices) answered together or streamed.
@@ -198,11 +212,15 @@ struct Call : std::enable_shared_from_this<Call> {
     std::string finish_reason;
     int64_t completion_tokens = 0;
     bool done = false;
+    std::vector<ToolCall> calls;  // the tool calls answered (text is then empty)
+    std::vector<std::string> call_ids;
   };
   std::vector<Choice> choices;
   int remaining = 0;
   int64_t prompt_tokens = 0, cached_tokens = 0;
   bool abandoned = false;  // a submit failed: the error was answered, events are ignored
+  bool tools = false;      // tools shape the answer: it is read when whole (streams get it then)
+  bool response_is_json = false;
   std::mutex mu;
 
   const char* object() const { return req.chat ? "chat.completion" : "text_completion"; }
@@ -285,6 +303,48 @@ struct Call : std::enable_shared_from_this<Call> {
            ", \"prompt_tokens_details\": {\"cached_tokens\": " + std::to_string(cached_tokens) + "}}";
   }
 
+  // "tool_calls": [{"index", "id", "type", "function": {"name", "arguments"}}] (the index in streamed deltas).
+  void append_tool_calls(std::string& out, const Choice& c, bool indexed) const {
+    out += "\"tool_calls\": [";
+    for (size_t k = 0; k < c.calls.size(); ++k) {
+      out += k ? ", {" : "{";
+      if (indexed) out += "\"index\": " + std::to_string(k) + ", ";
+      out += "\"id\": \"" + c.call_ids[k] + "\", \"type\": \"function\", \"function\": {\"name\": ";
+      append_json_string(out, c.calls[k].name);
+      out += ", \"arguments\": ";
+      append_json_string(out, c.calls[k].arguments);
+      out += "}}";
+    }
+    out += "]";
+  }
+
+  // Tools: the whole answer of choice i, as one delta (content or tool calls).
+  void send_answer(size_t i) {
+    const Choice& c = choices[i];
+    std::string out = "data: " + head("chat.completion.chunk") + ", \"choices\": [{\"index\": " + std::to_string(i) + ", \"delta\": {";
+    if (c.calls.empty()) {
+      out += "\"content\": ";
+      append_json_string(out, c.text);
+    } else {
+      append_tool_calls(out, c, true);
+    }
+    out += "}, \"logprobs\": ";
+    if (req.logprobs) append_logprobs(out, c.samples, 0);
+    else out += "null";
+    out += ", \"finish_reason\": null}]}\n\n";
+    if (!stream->write(std::move(out))) cancelled->store(true);
+  }
+
+  // Tools: the answer read as tool calls or content (a text cut short stays as it is).
+  void read_answer(Choice& c) {
+    ToolAnswer a = parse_tool_answer(c.text, response_is_json);
+    if (!a.parsed) return;
+    c.text = std::move(a.content);
+    c.calls = std::move(a.calls);
+    for (size_t k = 0; k < c.calls.size(); ++k) c.call_ids.push_back(call_id());
+    if (!c.calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
+  }
+
   // A streamed chunk of choice i.
   void send_chunk(size_t i, const std::string& text, const llm::Sample* sample, const std::string& finish, bool role) {
     std::string out = "data: " + head(req.chat ? "chat.completion.chunk" : "text_completion") + ", \"choices\": [{\"index\": " +
@@ -325,7 +385,7 @@ struct Call : std::enable_shared_from_this<Call> {
       if (req.logprobs) c.samples.push_back(*e.sample);
     }
     c.text += e.text;
-    if (stream && (!e.text.empty() || (e.sample && req.logprobs)) && e.finish_reason != "cancelled")
+    if (stream && !tools && (!e.text.empty() || (e.sample && req.logprobs)) && e.finish_reason != "cancelled")
       send_chunk(i, e.text, req.logprobs ? e.sample : nullptr, "", false);
     if (!e.done) return;
     c.done = true;
@@ -333,7 +393,12 @@ struct Call : std::enable_shared_from_this<Call> {
     c.completion_tokens = e.completion_tokens;
     prompt_tokens = e.prompt_tokens;
     cached_tokens = std::max(cached_tokens, e.cached_tokens);
-    if (stream && (e.finish_reason == "stop" || e.finish_reason == "length")) send_chunk(i, "", nullptr, e.finish_reason, false);
+    const bool answered = e.finish_reason == "stop" || e.finish_reason == "length";
+    if (tools && answered) read_answer(c);
+    if (stream && answered) {
+      if (tools && (!c.text.empty() || !c.calls.empty())) send_answer(i);
+      send_chunk(i, "", nullptr, c.finish_reason, false);
+    }
     if (--remaining == 0) complete();
   }
 
@@ -341,7 +406,7 @@ struct Call : std::enable_shared_from_this<Call> {
   void complete() {
     std::string reason = "stop";
     for (const Choice& c : choices)
-      if (c.finish_reason != "stop" && c.finish_reason != "length") reason = c.finish_reason;
+      if (c.finish_reason != "stop" && c.finish_reason != "length" && c.finish_reason != "tool_calls") reason = c.finish_reason;
     if (reason == "stop" && !choices.empty()) reason = choices[0].finish_reason;
     entry->requests->at({entry->name, reason}).inc();
     entry->e2e->observe(std::chrono::duration<double>(Clock::now() - start).count());
@@ -369,7 +434,12 @@ struct Call : std::enable_shared_from_this<Call> {
       out += (i ? ", {\"index\": " : "{\"index\": ") + std::to_string(i);
       if (req.chat) {
         out += ", \"message\": {\"role\": \"assistant\", \"content\": ";
-        append_json_string(out, c.text);
+        if (c.calls.empty()) {
+          append_json_string(out, c.text);
+        } else {
+          out += "null, ";
+          append_tool_calls(out, c, false);
+        }
         out += "}";
       } else {
         out += ", \"text\": ";
@@ -742,9 +812,14 @@ bool LlmService::handle(HttpRequest& http, Responder& respond) {
     if (!rq.max_tokens && e.spec.max_tokens) rq.max_tokens = *e.spec.max_tokens;
     const llm::Tokenizer& tok = e.model->tokenizer();
     std::vector<llm::TokenId> prompt;
+    call->tools = rq.tools.active();
+    call->response_is_json = rq.json_object || rq.json_schema;
+    // Under tools, the answer's schema: tool calls (or a response, with tool_choice "auto").
+    const std::shared_ptr<const llm::JsonSchema> schema = call->tools ? rq.tool_schema : rq.json_schema;
     if (chat) {
-      std::vector<llm::ChatMessage> msgs = call->req.messages;
-      prompt = tok.encode(e.tmpl->apply(msgs, true, e.bos, e.eos), false, true);
+      std::vector<llm::ChatMessage> msgs = rq.messages;
+      if (call->tools) msgs = with_tool_instructions(std::move(msgs), rq.tools, call->response_is_json);
+      prompt = tok.encode(render_chat(*e.tmpl, std::move(msgs), e.bos, e.eos), false, true);
     } else if (call->req.prompt_is_tokens) {
       prompt = call->req.prompt_tokens;
       for (llm::TokenId t : prompt)
@@ -779,8 +854,8 @@ bool LlmService::handle(HttpRequest& http, Responder& respond) {
       cr.sampling = call->req.sampling;
       cr.sampling.seed = seed + static_cast<uint64_t>(i);
       cr.ignore_eos = call->req.ignore_eos;
-      cr.json_object = call->req.json_object;
-      cr.json_schema = call->req.json_schema;
+      cr.json_object = call->req.json_object && !call->tools;
+      cr.json_schema = schema;
       cr.deadline = deadline;
       cr.cancelled = call->cancelled;
       cr.on_event = [call, i](const llm::CompletionEvent& ev) { call->on_event(static_cast<size_t>(i), ev); };

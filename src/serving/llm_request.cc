@@ -2,6 +2,8 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 
 namespace kiln::serving {
@@ -81,6 +83,71 @@ std::string content(const element& e, const std::string& name) {
   return out;
 }
 
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}].
+std::vector<ToolCall> tool_calls(const element& e, const std::string& name) {
+  array calls;
+  if (e.get_array().get(calls) != simdjson::SUCCESS) bad(name, str_cat("'", name, "' must be a list of tool calls"));
+  std::vector<ToolCall> out;
+  size_t i = 0;
+  for (element c : calls) {
+    const std::string cn = str_cat(name, "[", i++, "]");
+    element fn, fname, args;
+    if (c.type() != ET::OBJECT || c["function"].get(fn) != simdjson::SUCCESS || fn.type() != ET::OBJECT)
+      bad(cn, str_cat("'", cn, "' must be an object with a 'function'"));
+    if (fn["name"].get(fname) != simdjson::SUCCESS) bad(cn + ".function.name", str_cat("'", cn, ".function.name' is required"));
+    ToolCall call{string(fname, cn + ".function.name"), "{}"};
+    if (fn["arguments"].get(args) == simdjson::SUCCESS && args.type() != ET::NULL_VALUE)
+      call.arguments = args.type() == ET::STRING ? string(args, cn + ".function.arguments") : std::string(simdjson::minify(args));
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+bool valid_tool_name(std::string_view n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (char c : n)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
+  return true;
+}
+
+// tools: [{"type": "function", "function": {"name", "description", "parameters", "strict"}}].
+std::vector<Tool> tools(const element& e) {
+  array items;
+  if (e.get_array().get(items) != simdjson::SUCCESS) bad("tools", "'tools' must be a list of tools");
+  std::vector<Tool> out;
+  size_t i = 0;
+  for (element t : items) {
+    const std::string tn = str_cat("tools[", i++, "]");
+    element type, fn, v;
+    if (t.type() != ET::OBJECT) bad(tn, str_cat("'", tn, "' must be an object"));
+    if (t["type"].get(type) != simdjson::SUCCESS || type.type() != ET::STRING || std::string_view(type) != "function")
+      bad(tn + ".type", str_cat("'", tn, ".type' must be \"function\""));
+    if (t["function"].get(fn) != simdjson::SUCCESS || fn.type() != ET::OBJECT)
+      bad(tn + ".function", str_cat("'", tn, ".function' must be an object"));
+    Tool tool;
+    if (fn["name"].get(v) != simdjson::SUCCESS) bad(tn + ".function.name", str_cat("'", tn, ".function.name' is required"));
+    tool.name = string(v, tn + ".function.name");
+    if (!valid_tool_name(tool.name))
+      bad(tn + ".function.name", str_cat("'", tn, ".function.name' must be 1 to 64 letters, digits, '_' or '-', got '", tool.name, "'"));
+    for (const Tool& before : out)
+      if (before.name == tool.name) bad(tn + ".function.name", str_cat("two tools are named '", tool.name, "'"));
+    if (fn["description"].get(v) == simdjson::SUCCESS && v.type() != ET::NULL_VALUE)
+      tool.description = string(v, tn + ".function.description");
+    if (fn["parameters"].get(v) == simdjson::SUCCESS && v.type() != ET::NULL_VALUE) {
+      if (v.type() != ET::OBJECT) bad(tn + ".function.parameters", str_cat("'", tn, ".function.parameters' must be a JSON schema object"));
+      tool.parameters = std::string(simdjson::minify(v));
+      try {
+        check_tool_parameters(tool);
+      } catch (const InvalidArgumentError& err) {
+        bad(tn + ".function.parameters", err.message());
+      }
+    }
+    out.push_back(std::move(tool));
+    if (out.size() > static_cast<size_t>(kMaxTools)) bad("tools", str_cat("'tools' takes at most ", kMaxTools, " tools"));
+  }
+  return out;
+}
+
 }  // namespace
 
 LlmRequest parse_llm_request(std::string_view body, bool chat) {
@@ -93,7 +160,7 @@ LlmRequest parse_llm_request(std::string_view body, bool chat) {
 
   LlmRequest r;
   r.chat = chat;
-  bool have_model = false, have_input = false;
+  bool have_model = false, have_input = false, tool_choice_given = false;
   for (auto field : root) {
     const std::string_view key = field.key;
     const element& v = field.value;
@@ -116,6 +183,11 @@ LlmRequest parse_llm_request(std::string_view body, bool chat) {
         llm::ChatMessage msg;
         msg.role = string(role, mn + ".role");
         if (mo["content"].get(text) == simdjson::SUCCESS) msg.content = content(text, mn + ".content");
+        element calls;  // an assistant's tool calls: shown to the model as it is asked to write them
+        if (mo["tool_calls"].get(calls) == simdjson::SUCCESS && calls.type() != ET::NULL_VALUE) {
+          const std::vector<ToolCall> c = tool_calls(calls, mn + ".tool_calls");
+          if (!c.empty()) msg.content = tool_calls_text(c);
+        }
         r.messages.push_back(std::move(msg));
       }
       if (r.messages.empty()) bad(k, "'messages' must not be empty");
@@ -262,21 +334,58 @@ LlmRequest parse_llm_request(std::string_view body, bool chat) {
         if (js["schema"].get(schema) != simdjson::SUCCESS)
           bad("response_format.json_schema.schema", "'response_format.json_schema.schema' is missing");
         try {
-          r.json_schema = llm::JsonSchema::compile(simdjson::minify(schema));
+          r.json_schema_text = std::string(simdjson::minify(schema));
+          r.json_schema = llm::JsonSchema::compile(r.json_schema_text);
         } catch (const InvalidArgumentError& e) {
           bad("response_format.json_schema.schema", e.message());
         }
       } else if (t != "text") {
         bad(k, str_cat("response_format '", t, "' is not supported (text, json_object and json_schema are)"));
       }
-    } else if (key == "tools" || key == "functions") {
-      if (!null) bad(k, str_cat("'", k, "' (tool calling) is not supported yet"));
+    } else if (chat && key == "tools") {
+      r.tools.tools.clear();
+      if (!null) r.tools.tools = tools(v);
+    } else if (chat && key == "tool_choice") {
+      tool_choice_given = !null;
+      if (null) {
+        r.tools.choice = ToolChoice::kNone;
+      } else if (v.type() == ET::STRING) {
+        const std::string c = string(v, k);
+        if (c == "none") r.tools.choice = ToolChoice::kNone;
+        else if (c == "auto") r.tools.choice = ToolChoice::kAuto;
+        else if (c == "required") r.tools.choice = ToolChoice::kRequired;
+        else bad(k, str_cat("'tool_choice' must be \"none\", \"auto\", \"required\" or a named tool, got '", c, "'"));
+      } else {
+        element fn, name;
+        if (v.type() != ET::OBJECT || v["function"].get(fn) != simdjson::SUCCESS || fn.type() != ET::OBJECT ||
+            fn["name"].get(name) != simdjson::SUCCESS)
+          bad(k, "'tool_choice' must be a string or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        r.tools.choice = ToolChoice::kNamed;
+        r.tools.named = string(name, "tool_choice.function.name");
+      }
+    } else if (chat && key == "parallel_tool_calls") {
+      if (!null) r.tools.parallel = boolean(v, k);
+    } else if (key == "functions" || key == "function_call") {
+      if (!null) bad(k, str_cat("'", k, "' (the deprecated form of tools) is not supported: use 'tools' and 'tool_choice'"));
     }
     // Anything else is ignored, as OpenAI does.
   }
   if (!have_model) bad("model", "'model' is required");
   if (!have_input) bad(chat ? "messages" : "prompt", chat ? "'messages' is required" : "'prompt' is required");
   if (!r.logprobs) r.sampling.top_logprobs = 0;
+  if (!tool_choice_given && !r.tools.tools.empty()) r.tools.choice = ToolChoice::kAuto;
+  if (tool_choice_given && r.tools.choice != ToolChoice::kNone && r.tools.tools.empty())
+    bad("tool_choice", "'tool_choice' needs 'tools'");
+  if (r.tools.choice == ToolChoice::kNamed &&
+      std::none_of(r.tools.tools.begin(), r.tools.tools.end(), [&](const Tool& t) { return t.name == r.tools.named; }))
+    bad("tool_choice", str_cat("'tool_choice' names '", r.tools.named, "', which is not in 'tools'"));
+  if (r.tools.active()) {
+    try {  // a response's value follows response_format (json_object: any object)
+      r.tool_schema = tool_answer_schema(r.tools, r.json_object ? std::string(R"({"type":"object"})") : r.json_schema_text);
+    } catch (const InvalidArgumentError& e) {
+      bad("tools", e.message());  // each tool's parameters compiled alone: only their sum can be too large
+    }
+  }
   return r;
 }
 

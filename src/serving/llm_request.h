@@ -15,6 +15,7 @@
 #include "kiln/llm/chat_template.h"
 #include "kiln/llm/json_constraint.h"
 #include "kiln/llm/sampler.h"
+#include "llm_tools.h"
 
 namespace kiln::serving {
 
@@ -47,12 +48,16 @@ struct LlmRequest {
   bool json_object = false;                   // response_format {"type": "json_object"}
   // response_format {"type": "json_schema", "json_schema": {"schema": {...}}}, compiled.
   std::shared_ptr<const llm::JsonSchema> json_schema;
+  std::string json_schema_text;               // its JSON text (compact)
+  ToolRequest tools;                          // chat: tools, tool_choice, parallel_tool_calls
+  std::shared_ptr<const llm::JsonSchema> tool_schema;  // the answer's schema when tools are active
   std::string user;
 };
 
 // Limits the parser enforces.
 constexpr int kMaxChoices = 16;
 constexpr int kMaxStopStrings = 16;
+constexpr int kMaxTools = 128;  // OpenAI's limit
 
 // `chat`: the body of /v1/chat/completions (messages) or /v1/completions (prompt).
 // InvalidArgumentError for a body that is not a JSON object; RequestFieldError for a field.

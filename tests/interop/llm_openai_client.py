@@ -12,6 +12,9 @@ llm_openai_client.py KILN_CLI [GGUF]   (default: SmolLM2-135M-Instruct.Q4_1.gguf
   4. 32 concurrent streaming requests with mixed prompts and parameters: all complete, the greedy
      ones equal their solo answers, and the KV cache's used blocks return to 0 (metrics);
      `kiln generate --server` and `kiln chat --server` against it;
+  4b. tool calling: tools with tool_choice required / named / auto, parallel_tool_calls false,
+     streamed and not: calls name a tool and their arguments follow its parameters; a turn
+     with the tool's result; bad tools 400 naming the field;
   5. a client that closes its stream mid-way: its request ends as cancelled and frees its blocks;
   6. an `llm` entry in --model_config_file with sampling defaults;
   7. SIGTERM while a stream runs: the stream completes, then the server exits 0.
@@ -333,6 +336,89 @@ def check_json_mode(s):
             assert e.body["param"] == "response_format.json_schema.schema" and says in e.body["message"], e.body
 
 
+WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "unit"],
+           "properties": {"city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["celsius", "fahrenheit"]}}}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The current weather in a city",
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "get_time", "description": "The time in a timezone",
+                                           "parameters": {"type": "object", "properties": {"tz": {"type": "string"}},
+                                                          "required": ["tz"], "additionalProperties": False}}}]
+
+
+def check_call(call, names):
+    """A tool call as OpenAI gives it: an id, a tool's name, arguments that are that tool's."""
+    assert call.type == "function" and re.fullmatch(r"call_[A-Za-z0-9]{24}", call.id), call
+    assert call.function.name in names, call
+    args = json.loads(call.function.arguments)
+    if call.function.name == "get_weather":
+        assert list(args) == ["city", "unit"] and isinstance(args["city"], str) and args["unit"] in ("celsius", "fahrenheit"), args
+    else:
+        assert list(args) == ["tz"] and isinstance(args["tz"], str), args
+    return args
+
+
+def check_tools(s):
+    """Tool calling through the `openai` client: required, named and auto tool_choice,
+    streamed and not, a turn that returns a tool's result, and bad tools refused."""
+    c = s.client()
+    ask = [{"role": "user", "content": "What is the weather like in Paris today?"}]
+    names = {"get_weather", "get_time"}
+    r = c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
+                                  temperature=0, max_tokens=100)
+    m = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls" and m.content is None and len(m.tool_calls) == 1, r
+    check_call(m.tool_calls[0], names)
+    named = {"type": "function", "function": {"name": "get_time"}}
+    for seed in (1, 2):
+        r = c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice=named, temperature=0.8, seed=seed,
+                                      max_tokens=100)
+        assert r.choices[0].finish_reason == "tool_calls" and len(r.choices[0].message.tool_calls) == 1, r
+        check_call(r.choices[0].message.tool_calls[0], {"get_time"})
+    # Streamed: the deltas the client accumulates give the same call as the whole answer.
+    calls, finish, role = {}, None, None
+    for ch in c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice="required",
+                                        parallel_tool_calls=False, temperature=0, max_tokens=100, stream=True):
+        d = ch.choices[0].delta
+        role = d.role or role
+        for tc in d.tool_calls or []:
+            e = calls.setdefault(tc.index, {"id": tc.id, "name": "", "arguments": ""})
+            e["name"] += tc.function.name or ""
+            e["arguments"] += tc.function.arguments or ""
+        finish = ch.choices[0].finish_reason or finish
+    assert role == "assistant" and finish == "tool_calls" and list(calls) == [0], (calls, finish)
+    assert calls[0]["name"] == m.tool_calls[0].function.name and calls[0]["arguments"] == m.tool_calls[0].function.arguments, calls
+    # auto: a call or an answer, whichever the model picks; then the tool's result goes back.
+    r = c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, temperature=0, max_tokens=150)
+    ch = r.choices[0]
+    if ch.message.tool_calls:
+        assert ch.finish_reason == "tool_calls", r
+        for call in ch.message.tool_calls:
+            check_call(call, names)
+    else:
+        assert ch.finish_reason in ("stop", "length") and ch.message.content, r
+    first = m.tool_calls[0]
+    history = ask + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": first.id, "type": "function", "function": {"name": first.function.name, "arguments": first.function.arguments}}]},
+        {"role": "tool", "tool_call_id": first.id, "content": json.dumps({"temperature": 21, "sky": "sunny"})}]
+    r = c.chat.completions.create(model=MODEL, messages=history, tools=TOOLS, temperature=0, max_tokens=150)
+    ch = r.choices[0]
+    assert ch.finish_reason in ("stop", "length", "tool_calls") and (ch.message.content or ch.message.tool_calls), r
+    for call in ch.message.tool_calls or []:
+        check_call(call, names)
+    # tool_choice "none": an ordinary answer.
+    r = c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice="none", temperature=0, max_tokens=20)
+    assert r.choices[0].message.tool_calls is None and r.choices[0].message.content, r
+    for kw, param in (({"tools": [{"type": "function", "function": {"name": "a b"}}]}, "tools[0].function.name"),
+                      ({"tools": [{"type": "function", "function": {"name": "x", "parameters": {"type": "string", "pattern": "a"}}}]},
+                       "tools[0].function.parameters"),
+                      ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice")):
+        try:
+            c.chat.completions.create(model=MODEL, messages=ask, **kw)
+            raise AssertionError("accepted: %r" % kw)
+        except openai.BadRequestError as e:
+            assert e.body["param"] == param, e.body
+
+
 def check_concurrency(s):
     c = s.client()
     prompts = ["The capital of France is", "Write a haiku about the sea.", "def fibonacci(n):", "List three colours:",
@@ -426,6 +512,7 @@ def main():
         check_cli_client(kiln, s)
         check_errors(s)
         check_json_mode(s)
+        check_tools(s)
         check_concurrency(s)
         check_cancel(s)
         check_sigterm_drains(s)
