@@ -3,7 +3,10 @@
 # is converted to a GBNF grammar) on the same GGUF file, threads and machine: the
 # inter-token latency of one greedy stream without a constraint, with response_format
 # json_object and with a json_schema (nested objects, an enum, an array, a $ref), and
-# whether each answer parses and follows the schema. Rounds alternate the servers; medians.
+# whether each answer parses and follows the schema; then tool calling (tools with
+# tool_choice required: llama-server runs with --jinja, which its tool support needs): the
+# time per completion token of the whole request and whether the answer is one valid call.
+# Rounds alternate the servers; medians.
 #   bench/llm_json_compare.sh [MODEL] [rounds=3]
 # Needs the peer (bench/peers/llama_cpp.sh) and the default preset's kiln.
 set -euo pipefail
@@ -34,7 +37,7 @@ for r in $(seq "$rounds"); do
       KILN_NUM_THREADS=$threads "$kiln" serve --llm_model m="$model" --rest_api_port $port --port -1 --quiet & pid=$!
       wait_ready readyz
     else
-      "$bin/llama-server" -m "$model" --port $port -t "$threads" -tb "$threads" -np 1 -c 4096 --log-disable \
+      "$bin/llama-server" -m "$model" --port $port -t "$threads" -tb "$threads" -np 1 -c 4096 --jinja --log-disable \
         >/dev/null 2>&1 & pid=$!
       wait_ready health
     fi
@@ -45,7 +48,7 @@ done
 python3 - "$out/results" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-modes = ["text", "json_object", "json_schema"]
+modes = ["text", "json_object", "json_schema", "tools"]
 print("| mode | llama-server ITL ms | kiln ITL ms | kiln / llama-server | valid answers (llama-server / kiln) |")
 print("| --- | --- | --- | --- | --- |")
 for m in modes:
@@ -53,4 +56,7 @@ for m in modes:
     ok = {s: "%d/%d" % (sum(r["valid"] for r in rows if r["server"] == s and r["mode"] == m),
                         sum(1 for r in rows if r["server"] == s and r["mode"] == m)) for s in ("llama", "kiln")}
     print("| %s | %.2f | %.2f | %.2f | %s / %s |" % (m, med["llama"], med["kiln"], med["kiln"] / med["llama"], ok["llama"], ok["kiln"]))
+for r in rows:
+    if r["mode"] == "tools":
+        print("tools, %s: finish %s, %s" % (r["server"], r["finish"], r["text"][:160]))
 PY

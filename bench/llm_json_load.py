@@ -1,8 +1,10 @@
 """One greedy chat stream per mode against an OpenAI-compatible server (bench/llm_json_compare.sh):
 no constraint (128 tokens, ignore_eos), response_format json_object, and a json_schema (up to
-400 tokens). Prints one
-JSON line per mode: the mean inter-token latency over the streamed tokens, and whether the answer
-parses and follows the schema. Only the standard library.
+400 tokens); then one tool-calling request (tool_choice required, one call; not streamed: kiln
+sends a tool call whole). Prints one JSON line per mode: the mean inter-token latency over the
+streamed tokens (tools: the request's time over its completion tokens), and whether the answer
+parses and follows the schema (tools: one call of a tool, with that tool's arguments). Only the
+standard library.
 
   llm_json_load.py URL SERVER_LABEL
 """
@@ -32,6 +34,50 @@ def follows(obj):
         return False
     return all(isinstance(f, dict) and list(f) == ["name", "species"] and f["species"] in ("cat", "dog", "bird")
                for f in obj["friends"])
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The current weather in a city",
+                                           "parameters": {"type": "object", "additionalProperties": False,
+                                                          "required": ["city", "unit"],
+                                                          "properties": {"city": {"type": "string"},
+                                                                         "unit": {"enum": ["celsius", "fahrenheit"]}}}}},
+         {"type": "function", "function": {"name": "get_time", "description": "The time in a timezone",
+                                           "parameters": {"type": "object", "additionalProperties": False, "required": ["tz"],
+                                                          "properties": {"tz": {"type": "string"}}}}}]
+
+
+def good_call(message):
+    calls = message.get("tool_calls") or []
+    if len(calls) != 1 or calls[0].get("type") != "function":
+        return False
+    f = calls[0]["function"]
+    try:
+        args = json.loads(f["arguments"])
+    except (ValueError, KeyError, TypeError):
+        return False
+    if f.get("name") == "get_weather":
+        return isinstance(args, dict) and list(args) == ["city", "unit"] and isinstance(args["city"], str) and \
+            args["unit"] in ("celsius", "fahrenheit")
+    return f.get("name") == "get_time" and isinstance(args, dict) and list(args) == ["tz"] and isinstance(args["tz"], str)
+
+
+def call_tools(url, body):
+    u = urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
+    try:
+        t0 = time.perf_counter()
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        answer = json.loads(resp.read())
+        elapsed = time.perf_counter() - t0
+    finally:
+        conn.close()
+    if resp.status != 200:
+        return {"itl_ms": 0, "pieces": 0, "finish": "HTTP %d" % resp.status, "valid": False, "text": json.dumps(answer)[:300]}
+    choice = answer["choices"][0]
+    tokens = answer.get("usage", {}).get("completion_tokens", 0)
+    return {"itl_ms": elapsed * 1e3 / max(tokens, 1), "pieces": tokens, "finish": choice.get("finish_reason"),
+            "valid": good_call(choice["message"]), "text": json.dumps(choice["message"])[:300]}
 
 
 def stream(url, body):
@@ -84,6 +130,10 @@ def main():
                 valid = False
         print(json.dumps({"server": label, "mode": mode, "itl_ms": sum(itl) / max(len(itl), 1), "pieces": len(times),
                           "finish": finish, "valid": valid, "text": text[:300]}))
+    ask = [{"role": "user", "content": "What is the weather like in Paris today?"}]
+    r = call_tools(url, {"model": "m", "messages": ask, "temperature": 0, "max_tokens": 100, "tools": TOOLS,
+                         "tool_choice": "required", "parallel_tool_calls": False})
+    print(json.dumps(dict(r, server=label, mode="tools")))
 
 
 if __name__ == "__main__":
