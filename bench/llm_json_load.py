@@ -14,6 +14,8 @@ import sys
 import time
 from urllib.parse import urlparse
 
+from sse import HttpError, post_events
+
 SCHEMA = {
     "$defs": {"friend": {"type": "object", "properties": {"name": {"type": "string"},
                                                           "species": {"enum": ["cat", "dog", "bird"]}},
@@ -81,32 +83,17 @@ def call_tools(url, body):
 
 
 def stream(url, body):
-    u = urlparse(url)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
     times, text, finish = [], "", None
     try:
-        conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            raise SystemExit("HTTP %d: %s" % (resp.status, resp.read()[:300]))
-        while True:
-            line = resp.readline()
-            if not line:
-                break
-            if not line.startswith(b"data: "):
-                continue
-            data = line[6:].strip()
-            if data == b"[DONE]":
-                break
-            ev = json.loads(data)
+        for ev in post_events(url, "/v1/chat/completions", body):
             ch = ev.get("choices") or []
             if ch and ch[0].get("finish_reason"):
                 finish = ch[0]["finish_reason"]
             if ch and ch[0].get("delta", {}).get("content"):
                 times.append(time.perf_counter())
                 text += ch[0]["delta"]["content"]
-    finally:
-        conn.close()
+    except HttpError as e:
+        raise SystemExit(str(e))
     return times, text, finish
 
 

@@ -13,14 +13,14 @@ sends its next request when the last one ends. Open loop: Poisson arrivals at R/
 Only the standard library: the client costs the same for every server.
 """
 import argparse
-import http.client
 import json
 import random
 import statistics
 import sys
 import threading
 import time
-from urllib.parse import urlparse
+
+from sse import HttpError, post_events
 
 
 def percentile(xs, p):
@@ -42,33 +42,17 @@ def make_prompts(args):
 
 
 def one_request(url, model, prompt, output, out):
-    u = urlparse(url)
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": output, "temperature": 0, "stream": True,
-                       "ignore_eos": True})
+    body = {"model": model, "prompt": prompt, "max_tokens": output, "temperature": 0, "stream": True, "ignore_eos": True}
     t0 = time.perf_counter()
     times = []
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
     try:
-        conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            out.append({"error": resp.status, "body": resp.read()[:200]})
-            return
-        while True:
-            line = resp.readline()
-            if not line:
-                break
-            if not line.startswith(b"data: "):
-                continue
-            data = line[6:].strip()
-            if data == b"[DONE]":
-                break
-            ev = json.loads(data)
+        for ev in post_events(url, "/v1/completions", body):
             ch = ev.get("choices") or []
             if ch and ch[0].get("text"):
                 times.append(time.perf_counter())
-    finally:
-        conn.close()
+    except HttpError as e:
+        out.append({"error": e.status, "body": e.body[:200]})
+        return
     end = time.perf_counter()
     if not times:
         out.append({"error": "no tokens"})

