@@ -1,8 +1,8 @@
 #pragma once
 // OpenAI tool calling (`tools`, `tool_choice`, `parallel_tool_calls`) for any model, in one
 // format kiln defines and enforces, not a model family's own:
-//   - the prompt: the first system message gets instructions (added when there is none)
-//     that list the tools as JSON lines {"name", "description", "parameters"} and ask for
+//   - the prompt: instructions go at the end of the system message when the chat starts
+//     with one (else in a system message put first); they list the tools as JSON lines {"name", "description", "parameters"} and ask for
 //     one JSON object, {"tool_calls": [{"name": N, "arguments": {...}}, ...]} to call
 //     tools or, with tool_choice "auto", {"response": "..."} to answer;
 //   - the answer: constrained decoding (kiln/llm/json_constraint.h) under a schema built
