@@ -2,7 +2,8 @@
 // chat (first byte even) or completions. Any input must either parse or throw
 // InvalidArgumentError (RequestFieldError naming a field); a parsed request must hold
 // what the parser promises (n in range, stop strings non-empty, a model, an input), and
-// active tools come with the answer's schema.
+// active tools come with the answer's schema; the body, fed to the tools' response
+// streamer in pieces, decodes to at most 3 bytes per byte.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -16,6 +17,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const bool chat = data[0] % 2 == 0;
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
+  // The tools' response streamer takes any text in any pieces (it is fed the model's).
+  ResponseStreamer streamer;
+  size_t decoded = 0;
+  for (size_t i = 0; i < body.size(); i += 1 + data[0] % 7) decoded += streamer.feed(body.substr(i, 1 + data[0] % 7)).size();
+  if (decoded > 3 * body.size()) std::abort();  // at most 3 bytes (U+FFFD) per byte read
   try {
     const LlmRequest r = parse_llm_request(body, chat);
     if (r.n < 1 || r.n > kMaxChoices) std::abort();

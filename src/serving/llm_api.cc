@@ -214,12 +214,13 @@ struct Call : std::enable_shared_from_this<Call> {
     bool done = false;
     std::vector<ToolCall> calls;  // the tool calls answered (text is then empty)
     std::vector<std::string> call_ids;
+    ResponseStreamer response;  // a streamed {"response": "..."}: its characters as they come
   };
   std::vector<Choice> choices;
   int remaining = 0;
   int64_t prompt_tokens = 0, cached_tokens = 0;
   bool abandoned = false;  // a submit failed: the error was answered, events are ignored
-  bool tools = false;      // tools shape the answer: it is read when whole (streams get it then)
+  bool tools = false;      // tools shape the answer: read when whole; a text response streams as written
   bool response_is_json = false;
   std::mutex mu;
 
@@ -387,6 +388,10 @@ struct Call : std::enable_shared_from_this<Call> {
     c.text += e.text;
     if (stream && !tools && (!e.text.empty() || (e.sample && req.logprobs)) && e.finish_reason != "cancelled")
       send_chunk(i, e.text, req.logprobs ? e.sample : nullptr, "", false);
+    // Under tools, a text response streams as it is written (tool calls, a JSON response
+    // and log-probabilities come whole at the end).
+    if (stream && tools && !response_is_json && !req.logprobs && !e.text.empty() && e.finish_reason != "cancelled")
+      if (std::string piece = c.response.feed(e.text); !piece.empty()) send_chunk(i, piece, nullptr, "", false);
     if (!e.done) return;
     c.done = true;
     c.finish_reason = e.finish_reason;
@@ -396,7 +401,7 @@ struct Call : std::enable_shared_from_this<Call> {
     const bool answered = e.finish_reason == "stop" || e.finish_reason == "length";
     if (tools && answered) read_answer(c);
     if (stream && answered) {
-      if (tools && (!c.text.empty() || !c.calls.empty())) send_answer(i);
+      if (tools && !c.response.streaming() && (!c.text.empty() || !c.calls.empty())) send_answer(i);
       send_chunk(i, "", nullptr, c.finish_reason, false);
     }
     if (--remaining == 0) complete();

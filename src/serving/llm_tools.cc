@@ -170,4 +170,84 @@ ToolAnswer parse_tool_answer(std::string_view text, bool response_is_json) {
   return a;
 }
 
+namespace {
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xc0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xe0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else {
+    out += static_cast<char>(0xf0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+}
+
+}  // namespace
+
+std::string ResponseStreamer::feed(std::string_view text) {
+  std::string out;
+  auto lone_high = [&] {  // a high surrogate not followed by a low one
+    if (high_) append_utf8(out, 0xfffd);
+    high_ = 0;
+  };
+  for (const char c : text) {
+    if (state_ == State::kHead) {
+      // The schema allows `{`, whitespace, a key, whitespace, `:`, whitespace, then the
+      // value: decide at the value's first byte.
+      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+      head_ += c;
+      constexpr std::string_view kHead = R"({"response":")";
+      if (head_ == kHead) state_ = State::kString;
+      else if (head_.size() >= kHead.size() || kHead.substr(0, head_.size()) != head_) state_ = State::kOff;
+    } else if (state_ == State::kString) {
+      if (escape_.empty()) {
+        if (c == '\\') {
+          escape_ = "\\";
+          continue;
+        }
+        lone_high();
+        if (c == '"') state_ = State::kDone;
+        else out += c;
+        continue;
+      }
+      escape_ += c;
+      if (escape_[1] != 'u') {
+        lone_high();
+        static constexpr std::string_view kFrom = "\"\\/bfnrt", kTo = "\"\\/\b\f\n\r\t";
+        const size_t k = kFrom.find(escape_[1]);
+        if (k != std::string_view::npos) out += kTo[k];
+        escape_.clear();
+      } else if (escape_.size() == 6) {  // \uXXXX
+        uint32_t u = 0;
+        bool hex = true;  // (the schema allows only hex digits here)
+        for (size_t k = 2; k < 6; ++k) {
+          const int h = escape_[k] | 0x20;
+          const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
+          hex = hex && d >= 0;
+          u = u * 16 + static_cast<uint32_t>(d < 0 ? 0 : d);
+        }
+        if (!hex) u = 0xfffd;
+        escape_.clear();
+        if (u >= 0xdc00 && u < 0xe000) {  // a low surrogate: joins the high one before it
+          append_utf8(out, high_ ? 0x10000 + ((high_ - 0xd800) << 10) + (u - 0xdc00) : 0xfffd);
+          high_ = 0;
+          continue;
+        }
+        lone_high();
+        if (u >= 0xd800 && u < 0xdc00) high_ = u;
+        else append_utf8(out, u);
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace kiln::serving

@@ -10,11 +10,14 @@
 //     tool's `parameters`), so a call always parses and its arguments match; "required"
 //     asks for calls, a named tool_choice for one call of that tool, parallel_tool_calls
 //     false for one call;
+//   - streams: a text response's characters as they are written (ResponseStreamer);
+//     tool calls whole, once read;
 //   - history: an assistant message's tool_calls are shown to the model in the same format,
 //     tool results as messages of role "tool" (or, where the model's chat template refuses
 //     that role, as user messages naming the result).
 // Templates' own tool formats (Hermes' <tool_call>, Llama 3.1's ipython ...) are not used:
 // one enforced format works with every model, including those whose templates know no tools.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -79,5 +82,23 @@ std::string render_chat(const llm::ChatTemplate& tmpl, std::vector<llm::ChatMess
 // Reads the generated text; `response_is_json`: a {"response": ...} value is JSON text
 // (response_format given), else it is the string.
 ToolAnswer parse_tool_answer(std::string_view text, bool response_is_json);
+
+// Streams a {"response": "..."} answer as it is written: fed the generated text piece by
+// piece (text the answer's schema allows), it gives the response string's characters
+// decoded so far (escapes undone, \uXXXX pairs joined), and nothing for a tool_calls
+// answer, which is sent whole once read.
+class ResponseStreamer {
+ public:
+  std::string feed(std::string_view text);
+  // The answer is a response whose characters were given (the whole of it once closed).
+  bool streaming() const { return state_ == State::kString || state_ == State::kDone; }
+
+ private:
+  enum class State { kHead, kString, kDone, kOff };
+  State state_ = State::kHead;
+  std::string head_;     // kHead: the text before the value
+  std::string escape_;   // kString: an escape not yet whole
+  uint32_t high_ = 0;    // a high surrogate waiting for its low half
+};
 
 }  // namespace kiln::serving

@@ -405,6 +405,23 @@ def check_tools(s):
     assert ch.finish_reason in ("stop", "length", "tool_calls") and (ch.message.content or ch.message.tool_calls), r
     for call in ch.message.tool_calls or []:
         check_call(call, names)
+    # auto, streamed: a text response comes as it is written (several content deltas), equal
+    # to the whole answer; a call comes whole.
+    hello = [{"role": "user", "content": "Say hello to me."}]
+    whole = c.chat.completions.create(model=MODEL, messages=hello, tools=TOOLS, temperature=0, max_tokens=60).choices[0]
+    pieces, calls, finish = [], {}, None
+    for ch in c.chat.completions.create(model=MODEL, messages=hello, tools=TOOLS, temperature=0, max_tokens=60, stream=True):
+        d = ch.choices[0].delta
+        if d.content:
+            pieces.append(d.content)
+        for tc in d.tool_calls or []:
+            calls[tc.index] = (tc.function.name, tc.function.arguments)
+        finish = ch.choices[0].finish_reason or finish
+    if whole.message.tool_calls:
+        assert calls == {i: (t.function.name, t.function.arguments) for i, t in enumerate(whole.message.tool_calls)}, calls
+    else:
+        assert whole.finish_reason == "stop" and finish == "stop", (whole, finish)
+        assert "".join(pieces) == whole.message.content and len(pieces) > 1, (pieces, whole.message.content)
     # tool_choice "none": an ordinary answer.
     r = c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice="none", temperature=0, max_tokens=20)
     assert r.choices[0].message.tool_calls is None and r.choices[0].message.content, r

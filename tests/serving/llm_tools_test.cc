@@ -240,5 +240,28 @@ TEST(LlmTools, AnswersAreReadBack) {
     EXPECT_FALSE(parse_tool_answer(text, false).parsed) << text;
 }
 
+TEST(LlmTools, AResponseStreamsAsItIsWritten) {
+  // The response's characters come out decoded as the text arrives, whatever the pieces:
+  // whole, byte by byte, or cut inside an escape and inside a surrogate pair.
+  const std::string text = "{ \"response\" :\n \"Tab\\there \\\"q\\\" \\u00e9\\ud83d\\ude00 \\\\ end\"}";
+  const std::string want = "Tab\there \"q\" \u00e9\U0001F600 \\ end";
+  for (size_t step : {text.size(), size_t{1}, size_t{3}, size_t{7}}) {
+    ResponseStreamer r;
+    std::string got;
+    for (size_t i = 0; i < text.size(); i += step) got += r.feed(std::string_view(text).substr(i, step));
+    EXPECT_EQ(got, want) << "pieces of " << step;
+    EXPECT_TRUE(r.streaming());
+  }
+  // Tool calls, or a response that is not a string, give nothing (sent whole once read).
+  for (const char* other : {R"({"tool_calls": [{"name": "ping", "arguments": {}}]})", R"({"response": {"ok": true}})"}) {
+    ResponseStreamer r;
+    EXPECT_EQ(r.feed(other), "") << other;
+    EXPECT_FALSE(r.streaming()) << other;
+  }
+  // A lone surrogate becomes U+FFFD (the text stays UTF-8).
+  ResponseStreamer lone;
+  EXPECT_EQ(lone.feed(R"({"response": "a\ud83db\ude00"})"), "a\uFFFDb\uFFFD");
+}
+
 }  // namespace
 }  // namespace kiln::serving
