@@ -13,7 +13,7 @@
 
 namespace kiln::testing {
 
-std::string fixture(const std::string& rel) { return std::string(KILN_FIXTURE_DIR) + "/" + rel; }
+std::string fixture(const std::string& rel) { return std::string(fixture_dir()) + "/" + rel; }
 
 Tensor load(const std::string& rel) { return read_npy(fixture(rel)); }
 

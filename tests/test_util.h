@@ -10,6 +10,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/flags.h"
 #include "kiln/core/tensor.h"
+#include "test_paths.h"
 
 namespace kiln::testing {
 

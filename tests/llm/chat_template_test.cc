@@ -19,7 +19,7 @@ namespace {
 
 std::string template_source(const std::string& where, const std::string& name) {
   return read_file(where == "fixture" ? kiln::testing::fixture("llm/templates/" + name + ".jinja")
-                                      : std::string(KILN_LLAMA_CPP_DIR) + "/models/templates/" + name + ".jinja");
+                                      : std::string(kiln::testing::llama_cpp_dir()) + "/models/templates/" + name + ".jinja");
 }
 
 constexpr int64_t kNow = 1722000000;  // 2024-07-26 13:20 UTC, the generator's clock

@@ -18,7 +18,7 @@
 namespace kiln::llm {
 namespace {
 
-const std::string kModels = std::string(KILN_LLAMA_CPP_DIR) + "/models/";
+const std::string kModels = std::string(kiln::testing::llama_cpp_dir()) + "/models/";
 
 struct VocabCase {
   std::string text;

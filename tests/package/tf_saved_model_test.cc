@@ -25,7 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::TempDir;
 
-const std::string kMlp = std::string(KILN_FIXTURE_DIR) + "/tf_saved_model/mlp";
+const std::string kMlp = std::string(testing::fixture_dir()) + "/tf_saved_model/mlp";
 
 TEST(TfSavedModel, TheCommittedKerasMlpEqualsTensorFlow) {
   ASSERT_TRUE(package::is_tf_saved_model(kMlp + "/1"));
