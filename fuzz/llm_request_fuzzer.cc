@@ -2,10 +2,13 @@
 // chat (first byte even) or completions. Any input must either parse or throw
 // InvalidArgumentError (RequestFieldError naming a field); a parsed request must hold
 // what the parser promises (n in range, stop strings non-empty, a model, an input), and
-// active tools come with the answer's schema; the body, fed to the tools' response
-// streamer in pieces, decodes to at most 3 bytes per byte.
+// active tools come with the answer's schema; the body, fed to the tools' answer streamer
+// in pieces, gives at most 3 bytes per byte and, read as a whole tools answer, the same
+// calls' arguments.
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <string>
 #include <string_view>
 
 #include "serving/llm_request.h"
@@ -17,11 +20,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const bool chat = data[0] % 2 == 0;
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
-  // The tools' response streamer takes any text in any pieces (it is fed the model's).
-  ResponseStreamer streamer;
-  size_t decoded = 0;
-  for (size_t i = 0; i < body.size(); i += 1 + data[0] % 7) decoded += streamer.feed(body.substr(i, 1 + data[0] % 7)).size();
-  if (decoded > 3 * body.size()) std::abort();  // at most 3 bytes (U+FFFD) per byte read
+  // The tools' answer streamer takes any text in any pieces (it is fed the model's); what
+  // it gives joins, call by call, to what parse_tool_answer reads from the whole text.
+  AnswerStreamer streamer;
+  size_t given = 0;
+  std::map<size_t, std::string> args;  // by the call's index
+  for (size_t i = 0; i < body.size(); i += 1 + data[0] % 7) {
+    const AnswerStreamer::Delta d = streamer.feed(body.substr(i, 1 + data[0] % 7));
+    given += d.content.size();
+    for (const AnswerStreamer::CallPiece& p : d.calls) {
+      given += p.name.size() + p.arguments.size();
+      if (p.begins == args.count(p.index) > 0) std::abort();  // named once, before its arguments
+      args[p.index] += p.arguments;
+    }
+  }
+  if (given > 3 * body.size()) std::abort();  // at most 3 bytes (U+FFFD) per byte read
+  const ToolAnswer whole = parse_tool_answer(body, false);
+  if (whole.parsed && !whole.calls.empty()) {
+    if (whole.calls.size() != args.size()) std::abort();
+    for (size_t k = 0; k < args.size(); ++k)
+      if (!args.count(k) || whole.calls[k].arguments != args[k]) std::abort();
+  }
   try {
     const LlmRequest r = parse_llm_request(body, chat);
     if (r.n < 1 || r.n > kMaxChoices) std::abort();

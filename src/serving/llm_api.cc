@@ -212,9 +212,8 @@ struct Call : std::enable_shared_from_this<Call> {
     std::string finish_reason;
     int64_t completion_tokens = 0;
     bool done = false;
-    std::vector<ToolCall> calls;  // the tool calls answered (text is then empty)
-    std::vector<std::string> call_ids;
-    ResponseStreamer response;  // a streamed {"response": "..."}: its characters as they come
+    std::vector<ToolCall> calls;  // the tool calls answered (text is then empty), or streamed so far
+    AnswerStreamer answer;        // streams under tools: the response's characters, the calls' pieces
   };
   std::vector<Choice> choices;
   int remaining = 0;
@@ -310,7 +309,7 @@ struct Call : std::enable_shared_from_this<Call> {
     for (size_t k = 0; k < c.calls.size(); ++k) {
       out += k ? ", {" : "{";
       if (indexed) out += "\"index\": " + std::to_string(k) + ", ";
-      out += "\"id\": \"" + c.call_ids[k] + "\", \"type\": \"function\", \"function\": {\"name\": ";
+      out += "\"id\": \"" + c.calls[k].id + "\", \"type\": \"function\", \"function\": {\"name\": ";
       append_json_string(out, c.calls[k].name);
       out += ", \"arguments\": ";
       append_json_string(out, c.calls[k].arguments);
@@ -337,13 +336,42 @@ struct Call : std::enable_shared_from_this<Call> {
   }
 
   // Tools: the answer read as tool calls or content (a text cut short stays as it is).
+  // Streamed calls keep the ids they were sent with.
   void read_answer(Choice& c) {
     ToolAnswer a = parse_tool_answer(c.text, response_is_json);
     if (!a.parsed) return;
+    for (size_t k = 0; k < a.calls.size(); ++k) a.calls[k].id = k < c.calls.size() ? c.calls[k].id : call_id();
     c.text = std::move(a.content);
     c.calls = std::move(a.calls);
-    for (size_t k = 0; k < c.calls.size(); ++k) c.call_ids.push_back(call_id());
     if (!c.calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
+  }
+
+  // Tools, streamed: what the answer's new text gives. The response's characters as
+  // content; a call as OpenAI streams one: its first delta names it (with its id), the
+  // next ones add to its arguments.
+  void stream_answer(size_t i, const std::string& text) {
+    Choice& c = choices[i];
+    AnswerStreamer::Delta d = c.answer.feed(text);
+    if (!d.content.empty() && !response_is_json) send_chunk(i, d.content, nullptr, "", false);
+    for (AnswerStreamer::CallPiece& p : d.calls) {
+      if (p.begins) {
+        if (c.calls.size() <= p.index) c.calls.resize(p.index + 1);
+        c.calls[p.index].id = call_id();
+      }
+      std::string out = "data: " + head("chat.completion.chunk") + ", \"choices\": [{\"index\": " + std::to_string(i) +
+                        ", \"delta\": {\"tool_calls\": [{\"index\": " + std::to_string(p.index) + ", ";
+      if (p.begins) {
+        out += "\"id\": \"" + c.calls[p.index].id + "\", \"type\": \"function\", \"function\": {\"name\": ";
+        append_json_string(out, p.name);
+        out += ", ";
+      } else {
+        out += "\"function\": {";
+      }
+      out += "\"arguments\": ";
+      append_json_string(out, p.arguments);
+      out += "}}]}, \"logprobs\": null, \"finish_reason\": null}]}\n\n";
+      if (!stream->write(std::move(out))) cancelled->store(true);
+    }
   }
 
   // A streamed chunk of choice i.
@@ -388,10 +416,9 @@ struct Call : std::enable_shared_from_this<Call> {
     c.text += e.text;
     if (stream && !tools && (!e.text.empty() || (e.sample && req.logprobs)) && e.finish_reason != "cancelled")
       send_chunk(i, e.text, req.logprobs ? e.sample : nullptr, "", false);
-    // Under tools, a text response streams as it is written (tool calls, a JSON response
-    // and log-probabilities come whole at the end).
-    if (stream && tools && !response_is_json && !req.logprobs && !e.text.empty() && e.finish_reason != "cancelled")
-      if (std::string piece = c.response.feed(e.text); !piece.empty()) send_chunk(i, piece, nullptr, "", false);
+    // Under tools, a text response and tool calls stream as they are written (a JSON
+    // response and answers with log-probabilities come whole at the end).
+    if (stream && tools && !req.logprobs && !e.text.empty() && e.finish_reason != "cancelled") stream_answer(i, e.text);
     if (!e.done) return;
     c.done = true;
     c.finish_reason = e.finish_reason;
@@ -401,7 +428,8 @@ struct Call : std::enable_shared_from_this<Call> {
     const bool answered = e.finish_reason == "stop" || e.finish_reason == "length";
     if (tools && answered) read_answer(c);
     if (stream && answered) {
-      if (tools && !c.response.streaming() && (!c.text.empty() || !c.calls.empty())) send_answer(i);
+      const bool streamed = (c.answer.streams_response() && !response_is_json) || c.answer.streams_calls();
+      if (tools && !streamed && (!c.text.empty() || !c.calls.empty())) send_answer(i);
       send_chunk(i, "", nullptr, c.finish_reason, false);
     }
     if (--remaining == 0) complete();

@@ -95,7 +95,7 @@ std::vector<ToolCall> tool_calls(const element& e, const std::string& name) {
     if (c.type() != ET::OBJECT || c["function"].get(fn) != simdjson::SUCCESS || fn.type() != ET::OBJECT)
       bad(cn, str_cat("'", cn, "' must be an object with a 'function'"));
     if (fn["name"].get(fname) != simdjson::SUCCESS) bad(cn + ".function.name", str_cat("'", cn, ".function.name' is required"));
-    ToolCall call{string(fname, cn + ".function.name"), "{}"};
+    ToolCall call{string(fname, cn + ".function.name"), "{}", ""};
     if (fn["arguments"].get(args) == simdjson::SUCCESS && args.type() != ET::NULL_VALUE)
       call.arguments = args.type() == ET::STRING ? string(args, cn + ".function.arguments") : std::string(simdjson::minify(args));
     out.push_back(std::move(call));

@@ -156,9 +156,17 @@ ToolAnswer parse_tool_answer(std::string_view text, bool response_is_json) {
   }
   if (!j.is_object()) return a;
   if (auto it = j.find("tool_calls"); it != j.end() && it->is_array()) {
-    for (const Json& c : *it) {
-      if (!c.is_object() || !c.contains("name") || !c["name"].is_string() || !c.contains("arguments")) return ToolAnswer{};
-      a.calls.push_back(ToolCall{c["name"].get<std::string>(), compact_json(c["arguments"])});
+    // Names and arguments as the streamer reads them: a streamed call's pieces join to them.
+    AnswerStreamer reader;
+    reader.feed(text);
+    a.calls = reader.calls();
+    if (a.calls.size() != it->size()) return ToolAnswer{};
+    for (size_t k = 0; k < a.calls.size(); ++k) {  // (they differ only for keys given twice, which no schema writes)
+      const Json& c = (*it)[k];
+      if (!c.is_object() || !c.contains("name") || !c["name"].is_string() || !c.contains("arguments") ||
+          c["name"].get<std::string>() != a.calls[k].name || !Json::accept(a.calls[k].arguments) ||
+          Json::parse(a.calls[k].arguments) != c["arguments"])
+        return ToolAnswer{};
     }
     a.parsed = !a.calls.empty();
     return a;
@@ -192,62 +200,197 @@ void append_utf8(std::string& out, uint32_t cp) {
 
 }  // namespace
 
-std::string ResponseStreamer::feed(std::string_view text) {
-  std::string out;
+bool AnswerStreamer::decode(char c, std::string& out) {
   auto lone_high = [&] {  // a high surrogate not followed by a low one
     if (high_) append_utf8(out, 0xfffd);
     high_ = 0;
   };
-  for (const char c : text) {
-    if (state_ == State::kHead) {
-      // The schema allows `{`, whitespace, a key, whitespace, `:`, whitespace, then the
-      // value: decide at the value's first byte.
-      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
-      head_ += c;
-      constexpr std::string_view kHead = R"({"response":")";
-      if (head_ == kHead) state_ = State::kString;
-      else if (head_.size() >= kHead.size() || kHead.substr(0, head_.size()) != head_) state_ = State::kOff;
-    } else if (state_ == State::kString) {
-      if (escape_.empty()) {
-        if (c == '\\') {
-          escape_ = "\\";
-          continue;
-        }
-        lone_high();
-        if (c == '"') state_ = State::kDone;
-        else out += c;
-        continue;
-      }
-      escape_ += c;
-      if (escape_[1] != 'u') {
-        lone_high();
-        static constexpr std::string_view kFrom = "\"\\/bfnrt", kTo = "\"\\/\b\f\n\r\t";
-        const size_t k = kFrom.find(escape_[1]);
-        if (k != std::string_view::npos) out += kTo[k];
-        escape_.clear();
-      } else if (escape_.size() == 6) {  // \uXXXX
-        uint32_t u = 0;
-        bool hex = true;  // (the schema allows only hex digits here)
-        for (size_t k = 2; k < 6; ++k) {
-          const int h = escape_[k] | 0x20;
-          const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
-          hex = hex && d >= 0;
-          u = u * 16 + static_cast<uint32_t>(d < 0 ? 0 : d);
-        }
-        if (!hex) u = 0xfffd;
-        escape_.clear();
-        if (u >= 0xdc00 && u < 0xe000) {  // a low surrogate: joins the high one before it
-          append_utf8(out, high_ ? 0x10000 + ((high_ - 0xd800) << 10) + (u - 0xdc00) : 0xfffd);
-          high_ = 0;
-          continue;
-        }
-        lone_high();
-        if (u >= 0xd800 && u < 0xdc00) high_ = u;
-        else append_utf8(out, u);
-      }
+  if (escape_.empty()) {
+    if (c == '\\') {
+      escape_ = "\\";
+      return false;
     }
+    lone_high();
+    if (c == '"') return true;
+    out += c;
+    return false;
   }
-  return out;
+  escape_ += c;
+  if (escape_[1] != 'u') {
+    lone_high();
+    static constexpr std::string_view kFrom = "\"\\/bfnrt", kTo = "\"\\/\b\f\n\r\t";
+    const size_t k = kFrom.find(escape_[1]);
+    if (k != std::string_view::npos) out += kTo[k];
+    escape_.clear();
+  } else if (escape_.size() == 6) {  // \uXXXX
+    uint32_t u = 0;
+    bool hex = true;  // (the schema allows only hex digits here)
+    for (size_t k = 2; k < 6; ++k) {
+      const int h = escape_[k] | 0x20;
+      const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
+      hex = hex && d >= 0;
+      u = u * 16 + static_cast<uint32_t>(d < 0 ? 0 : d);
+    }
+    if (!hex) u = 0xfffd;
+    escape_.clear();
+    if (u >= 0xdc00 && u < 0xe000) {  // a low surrogate: joins the high one before it
+      append_utf8(out, high_ ? 0x10000 + ((high_ - 0xd800) << 10) + (u - 0xdc00) : 0xfffd);
+      high_ = 0;
+      return false;
+    }
+    lone_high();
+    if (u >= 0xd800 && u < 0xdc00) high_ = u;
+    else append_utf8(out, u);
+  }
+  return false;
+}
+
+void AnswerStreamer::capture(char c, Delta& d) {
+  if (!capturing_) return;
+  ToolCall& call = calls_[call_];
+  call.arguments += c;
+  if (call.name.empty()) return;  // given with the name
+  if (d.calls.empty() || d.calls.back().index != call_) d.calls.push_back(CallPiece{call_, false, "", ""});
+  d.calls.back().arguments += c;
+}
+
+// A value starts with `c`: where it is decides what it is read for.
+void AnswerStreamer::begin_value(char c, Delta& d) {
+  // {"tool_calls": [{"name": ..., "arguments": ...}]}: a call's fields are at depth 3.
+  const bool in_call = frames_.size() == 3 && frames_[1].calls && frames_[2].object;
+  if (in_call && frames_[2].key == "arguments" && !capturing_) {
+    capturing_ = frames_.size();
+    call_ = frames_[1].index;
+  }
+  capture(c, d);
+  if (c == '{' || c == '[') {
+    if (frames_.size() >= 256) {  // deeper than any answer kiln asks for: stop reading
+      lex_ = Lex::kOff;
+      return;
+    }
+    const bool list = c == '[' && frames_.size() == 1 && frames_[0].object && frames_[0].key == "tool_calls" && !listed_;
+    if (c == '{' && frames_.size() == 2 && frames_[1].calls && calls_.size() <= frames_[1].index)
+      calls_.resize(frames_[1].index + 1);  // a call starts
+    listed_ = listed_ || list;
+    frames_.push_back(Frame{c == '{', "", 0, list});
+    lex_ = c == '{' ? Lex::kKeyOrClose : Lex::kValue;
+  } else if (c == '"') {
+    role_ = Role::kOther;
+    if (frames_.size() == 1 && frames_[0].object && frames_[0].key == "response") {
+      role_ = Role::kResponse;
+      response_ = true;
+    } else if (in_call && frames_[2].key == "name") {
+      role_ = Role::kName;
+      call_ = frames_[1].index;
+      text_.clear();
+    }
+    lex_ = Lex::kString;
+  } else if (c == '-' || (c >= '0' && c <= '9') || c == 't' || c == 'f' || c == 'n') {
+    lex_ = Lex::kLiteral;
+  } else {
+    lex_ = Lex::kOff;
+  }
+}
+
+// A value ended (a string's quote, a literal's last byte, a container's close).
+void AnswerStreamer::end_value(Delta& d) {
+  if (role_ == Role::kName && lex_ == Lex::kString && calls_[call_].name.empty()) {
+    ToolCall& call = calls_[call_];
+    call.name = text_.empty() ? std::string("?") : text_;  // (the schema names a tool: never empty)
+    ++named_;
+    d.calls.push_back(CallPiece{call_, true, call.name, call.arguments});
+  }
+  role_ = Role::kOther;
+  if (capturing_ == frames_.size()) capturing_ = 0;
+  lex_ = frames_.empty() ? Lex::kDone : Lex::kAfter;
+}
+
+void AnswerStreamer::step(char c, Delta& d) {
+  const bool space = c == ' ' || c == '\t' || c == '\n' || c == '\r';
+  switch (lex_) {
+    case Lex::kValue:
+      if (!space) begin_value(c, d);
+      return;
+    case Lex::kKeyOrClose:
+    case Lex::kKey:
+      if (space) return;
+      if (c == '"') {
+        capture(c, d);
+        role_ = Role::kKey;
+        text_.clear();
+        lex_ = Lex::kString;
+      } else if (c == '}' && lex_ == Lex::kKeyOrClose) {
+        capture(c, d);
+        frames_.pop_back();
+        end_value(d);
+      } else {
+        lex_ = Lex::kOff;
+      }
+      return;
+    case Lex::kColon:
+      if (space) return;
+      if (c != ':') {
+        lex_ = Lex::kOff;
+        return;
+      }
+      capture(c, d);
+      frames_.back().key = text_;
+      lex_ = Lex::kValue;
+      return;
+    case Lex::kString: {
+      capture(c, d);
+      std::string scratch;
+      std::string& out = role_ == Role::kResponse ? d.content : role_ == Role::kOther ? scratch : text_;
+      if (!decode(c, out)) return;
+      if (role_ == Role::kKey) {
+        role_ = Role::kOther;
+        lex_ = Lex::kColon;
+      } else {
+        end_value(d);
+      }
+      return;
+    }
+    case Lex::kLiteral:
+      if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '.' || c == '+' || c == '-' || c == 'E') {
+        capture(c, d);
+        return;
+      }
+      end_value(d);
+      step(c, d);  // the byte after the literal
+      return;
+    case Lex::kAfter:
+      if (space) return;
+      if (c == ',') {
+        capture(c, d);
+        if (frames_.back().object) {
+          lex_ = Lex::kKey;
+        } else {
+          ++frames_.back().index;
+          lex_ = Lex::kValue;
+        }
+      } else if (c == (frames_.back().object ? '}' : ']')) {
+        capture(c, d);
+        frames_.pop_back();
+        end_value(d);
+      } else {
+        lex_ = Lex::kOff;
+      }
+      return;
+    case Lex::kDone:
+      if (!space) lex_ = Lex::kOff;
+      return;
+    case Lex::kOff:
+      return;
+  }
+}
+
+AnswerStreamer::Delta AnswerStreamer::feed(std::string_view text) {
+  Delta d;
+  for (const char c : text) {
+    if (lex_ == Lex::kOff) break;
+    step(c, d);
+  }
+  return d;
 }
 
 }  // namespace kiln::serving

@@ -10,8 +10,8 @@
 //     tool's `parameters`), so a call always parses and its arguments match; "required"
 //     asks for calls, a named tool_choice for one call of that tool, parallel_tool_calls
 //     false for one call;
-//   - streams: a text response's characters as they are written (ResponseStreamer);
-//     tool calls whole, once read;
+//   - streams: a text response's characters and each call's name, then its arguments, as
+//     they are written (AnswerStreamer);
 //   - history: an assistant message's tool_calls are shown to the model in the same format,
 //     tool results as messages of role "tool" (or, where the model's chat template refuses
 //     that role, as user messages naming the result).
@@ -47,7 +47,8 @@ struct ToolRequest {
 
 struct ToolCall {
   std::string name;
-  std::string arguments;  // compact JSON text
+  std::string arguments;  // JSON text, as written less the whitespace between tokens
+  std::string id;         // "call_" and 24 letters and digits (the API's, set once answered)
 };
 
 // What the model answered in the format above.
@@ -83,22 +84,59 @@ std::string render_chat(const llm::ChatTemplate& tmpl, std::vector<llm::ChatMess
 // (response_format given), else it is the string.
 ToolAnswer parse_tool_answer(std::string_view text, bool response_is_json);
 
-// Streams a {"response": "..."} answer as it is written: fed the generated text piece by
-// piece (text the answer's schema allows), it gives the response string's characters
-// decoded so far (escapes undone, \uXXXX pairs joined), and nothing for a tool_calls
-// answer, which is sent whole once read.
-class ResponseStreamer {
+// Reads an answer as it is written and gives what can be streamed. Fed the generated
+// text piece by piece (text the answer's schema allows; other bytes stop it, never crash
+// it), it gives a {"response": "..."} string's characters decoded (escapes undone, \uXXXX
+// pairs joined, a lone surrogate as U+FFFD) and, for {"tool_calls": [...]}, each call once
+// its name is read, then its arguments' JSON text as it is written, without the
+// whitespace between tokens. A call's pieces joined are parse_tool_answer's arguments.
+class AnswerStreamer {
  public:
-  std::string feed(std::string_view text);
-  // The answer is a response whose characters were given (the whole of it once closed).
-  bool streaming() const { return state_ == State::kString || state_ == State::kDone; }
+  struct CallPiece {
+    size_t index = 0;       // the call's place in the answer
+    bool begins = false;    // the call's first piece: `name` is set
+    std::string name;
+    std::string arguments;  // more of the arguments' text
+  };
+  struct Delta {
+    std::string content;           // more of the response's characters
+    std::vector<CallPiece> calls;  // in the order written
+  };
+  Delta feed(std::string_view text);
+  // The answer is a response string whose characters were given (all of them once closed).
+  bool streams_response() const { return response_; }
+  // The calls read so far, named or not (the last one may be partial).
+  const std::vector<ToolCall>& calls() const { return calls_; }
+  // Some call's name was given.
+  bool streams_calls() const { return named_ > 0; }
 
  private:
-  enum class State { kHead, kString, kDone, kOff };
-  State state_ = State::kHead;
-  std::string head_;     // kHead: the text before the value
-  std::string escape_;   // kString: an escape not yet whole
+  enum class Lex { kValue, kKeyOrClose, kKey, kColon, kAfter, kString, kLiteral, kDone, kOff };
+  enum class Role { kKey, kResponse, kName, kOther };
+  struct Frame {
+    bool object = false;
+    std::string key;   // objects: the key whose value comes next or was last
+    size_t index = 0;  // arrays: the element's place
+    bool calls = false;  // the answer's (first) "tool_calls" list
+  };
+  void step(char c, Delta& d);
+  void begin_value(char c, Delta& d);
+  void end_value(Delta& d);
+  void capture(char c, Delta& d);
+  bool decode(char c, std::string& out);  // a string's byte; true at its closing quote
+
+  Lex lex_ = Lex::kValue;
+  Role role_ = Role::kOther;
+  std::vector<Frame> frames_;
+  std::string text_;     // the key or name being read
+  std::string escape_;   // an escape not yet whole
   uint32_t high_ = 0;    // a high surrogate waiting for its low half
+  bool response_ = false;
+  size_t capturing_ = 0;  // inside a call's arguments: the depth its value closes at (0: not)
+  size_t call_ = 0;       // the call whose name or arguments are read
+  std::vector<ToolCall> calls_;
+  size_t named_ = 0;
+  bool listed_ = false;  // the "tool_calls" list was opened
 };
 
 }  // namespace kiln::serving

@@ -374,19 +374,28 @@ def check_tools(s):
                                       max_tokens=100)
         assert r.choices[0].finish_reason == "tool_calls" and len(r.choices[0].message.tool_calls) == 1, r
         check_call(r.choices[0].message.tool_calls[0], {"get_time"})
-    # Streamed: the deltas the client accumulates give the same call as the whole answer.
-    calls, finish, role = {}, None, None
+    # Streamed as OpenAI does: the call's first delta has its id and name, the next ones add
+    # to its arguments as they are written; accumulated, the same call as the whole answer.
+    calls, finish, role, deltas = {}, None, None, 0
     for ch in c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice="required",
                                         parallel_tool_calls=False, temperature=0, max_tokens=100, stream=True):
         d = ch.choices[0].delta
         role = d.role or role
         for tc in d.tool_calls or []:
+            if tc.index not in calls:
+                assert tc.id and tc.type == "function" and tc.function.name, tc
+            else:
+                assert tc.id is None and tc.function.name is None, tc
             e = calls.setdefault(tc.index, {"id": tc.id, "name": "", "arguments": ""})
             e["name"] += tc.function.name or ""
             e["arguments"] += tc.function.arguments or ""
+            deltas += 1
         finish = ch.choices[0].finish_reason or finish
     assert role == "assistant" and finish == "tool_calls" and list(calls) == [0], (calls, finish)
     assert calls[0]["name"] == m.tool_calls[0].function.name and calls[0]["arguments"] == m.tool_calls[0].function.arguments, calls
+    assert deltas > 2, deltas  # the arguments came in pieces
+    check_call(type(m.tool_calls[0])(id=calls[0]["id"], type="function",
+                                     function={"name": calls[0]["name"], "arguments": calls[0]["arguments"]}), names)
     # auto: a call or an answer, whichever the model picks; then the tool's result goes back.
     r = c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, temperature=0, max_tokens=150)
     ch = r.choices[0]
@@ -406,7 +415,7 @@ def check_tools(s):
     for call in ch.message.tool_calls or []:
         check_call(call, names)
     # auto, streamed: a text response comes as it is written (several content deltas), equal
-    # to the whole answer; a call comes whole.
+    # to the whole answer, as do calls.
     hello = [{"role": "user", "content": "Say hello to me."}]
     whole = c.chat.completions.create(model=MODEL, messages=hello, tools=TOOLS, temperature=0, max_tokens=60).choices[0]
     pieces, calls, finish = [], {}, None
@@ -415,7 +424,8 @@ def check_tools(s):
         if d.content:
             pieces.append(d.content)
         for tc in d.tool_calls or []:
-            calls[tc.index] = (tc.function.name, tc.function.arguments)
+            name, args = calls.get(tc.index, ("", ""))
+            calls[tc.index] = (name + (tc.function.name or ""), args + (tc.function.arguments or ""))
         finish = ch.choices[0].finish_reason or finish
     if whole.message.tool_calls:
         assert calls == {i: (t.function.name, t.function.arguments) for i, t in enumerate(whole.message.tool_calls)}, calls

@@ -240,27 +240,85 @@ TEST(LlmTools, AnswersAreReadBack) {
     EXPECT_FALSE(parse_tool_answer(text, false).parsed) << text;
 }
 
+// The streamer fed `text` in pieces of `step` bytes: the content, and each call's name
+// and arguments joined from its pieces (a call named twice, or added to before it is
+// named, fails the test).
+struct Streamed {
+  std::string content;
+  std::vector<ToolCall> calls;
+  AnswerStreamer streamer;
+};
+Streamed stream_in_pieces(const std::string& text, size_t step) {
+  Streamed out;
+  for (size_t i = 0; i < text.size(); i += step) {
+    AnswerStreamer::Delta d = out.streamer.feed(std::string_view(text).substr(i, step));
+    out.content += d.content;
+    for (const AnswerStreamer::CallPiece& p : d.calls) {
+      if (p.begins) {
+        EXPECT_EQ(p.index, out.calls.size()) << "calls begin in order, once";
+        out.calls.push_back(ToolCall{p.name, p.arguments, ""});
+      } else {
+        EXPECT_LT(p.index, out.calls.size()) << "arguments before the call's name";
+        if (p.index < out.calls.size()) out.calls[p.index].arguments += p.arguments;
+      }
+    }
+  }
+  return out;
+}
+
 TEST(LlmTools, AResponseStreamsAsItIsWritten) {
   // The response's characters come out decoded as the text arrives, whatever the pieces:
   // whole, byte by byte, or cut inside an escape and inside a surrogate pair.
   const std::string text = "{ \"response\" :\n \"Tab\\there \\\"q\\\" \\u00e9\\ud83d\\ude00 \\\\ end\"}";
   const std::string want = "Tab\there \"q\" \u00e9\U0001F600 \\ end";
   for (size_t step : {text.size(), size_t{1}, size_t{3}, size_t{7}}) {
-    ResponseStreamer r;
-    std::string got;
-    for (size_t i = 0; i < text.size(); i += step) got += r.feed(std::string_view(text).substr(i, step));
-    EXPECT_EQ(got, want) << "pieces of " << step;
-    EXPECT_TRUE(r.streaming());
+    Streamed s = stream_in_pieces(text, step);
+    EXPECT_EQ(s.content, want) << "pieces of " << step;
+    EXPECT_TRUE(s.streamer.streams_response());
+    EXPECT_FALSE(s.streamer.streams_calls());
   }
-  // Tool calls, or a response that is not a string, give nothing (sent whole once read).
-  for (const char* other : {R"({"tool_calls": [{"name": "ping", "arguments": {}}]})", R"({"response": {"ok": true}})"}) {
-    ResponseStreamer r;
-    EXPECT_EQ(r.feed(other), "") << other;
-    EXPECT_FALSE(r.streaming()) << other;
-  }
+  // A response that is not a string gives nothing (sent whole once read).
+  Streamed json = stream_in_pieces(R"({"response": {"ok": "yes"}})", 1);
+  EXPECT_EQ(json.content, "");
+  EXPECT_FALSE(json.streamer.streams_response());
   // A lone surrogate becomes U+FFFD (the text stays UTF-8).
-  ResponseStreamer lone;
-  EXPECT_EQ(lone.feed(R"({"response": "a\ud83db\ude00"})"), "a\uFFFDb\uFFFD");
+  EXPECT_EQ(stream_in_pieces(R"({"response": "a\ud83db\ude00"})", 64).content, "a\uFFFDb\uFFFD");
+}
+
+TEST(LlmTools, ToolCallsStreamAsTheyAreWritten) {
+  // Each call is given once its name is read, then its arguments as written less the
+  // whitespace between tokens (strings keep theirs, escapes stay as written); joined, the
+  // pieces are what parse_tool_answer reads, whatever the pieces' size.
+  const std::string text = "{ \"tool_calls\" : [ {\"name\": \"get_weather\", \"arguments\": { \"city\" : \"New  York\",\n"
+                           "  \"unit\": \"celsius\", \"days\": [1, 2.5e1 , -3], \"note\": \"a \\\"b\\\" {c}\\u00e9\" } },\n"
+                           "  {\"name\": \"ping\", \"arguments\": {}}, {\"name\": \"n\\u0061me\", \"arguments\": 42 } ] }";
+  const ToolAnswer whole = parse_tool_answer(text, false);
+  ASSERT_TRUE(whole.parsed);
+  ASSERT_EQ(whole.calls.size(), 3u);
+  EXPECT_EQ(whole.calls[0].name, "get_weather");
+  EXPECT_EQ(whole.calls[0].arguments,
+            R"({"city":"New  York","unit":"celsius","days":[1,2.5e1,-3],"note":"a \"b\" {c}\u00e9"})");
+  EXPECT_EQ(whole.calls[1].arguments, "{}");
+  EXPECT_EQ(whole.calls[2].name, "name");  // the name decoded
+  EXPECT_EQ(whole.calls[2].arguments, "42");
+  for (size_t step : {text.size(), size_t{1}, size_t{2}, size_t{5}, size_t{13}}) {
+    Streamed s = stream_in_pieces(text, step);
+    EXPECT_EQ(s.content, "") << step;
+    EXPECT_TRUE(s.streamer.streams_calls());
+    ASSERT_EQ(s.calls.size(), 3u) << step;
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(s.calls[k].name, whole.calls[k].name) << step;
+      EXPECT_EQ(s.calls[k].arguments, whole.calls[k].arguments) << "call " << k << ", pieces of " << step;
+    }
+  }
+  // Cut short: the calls begun so far, the last one's arguments partial.
+  Streamed cut = stream_in_pieces(text.substr(0, text.find("celsius")), 4);
+  ASSERT_EQ(cut.calls.size(), 1u);
+  EXPECT_EQ(cut.calls[0].arguments, R"({"city":"New  York","unit":")");
+  // Bytes no answer has stop the streamer, quietly.
+  Streamed odd = stream_in_pieces(R"({"tool_calls": [{"name": "x", "arguments": {"a": 1}} } ] ])", 3);
+  ASSERT_EQ(odd.calls.size(), 1u);
+  EXPECT_EQ(odd.calls[0].arguments, R"({"a":1})");
 }
 
 }  // namespace
