@@ -4,15 +4,18 @@
 // engine's case: N sequences decoding together, aggregate tokens/s); the memory-
 // bandwidth floor of one decode step. bench/llm_compare.sh runs llama-bench beside it.
 //   bench_llm MODEL [--threads 1,2] [--reps 3] [--batch 1,2,4,8,16,32] [--repack 1|0]
-//             [--kernels N] [--device cuda:0 --dtype bf16]
+//             [--kernels N] [--json 1] [--device cuda:0 --dtype bf16]
 // (--device: the tensor path, kiln's ops on that device, weights of --dtype; the floor is
 // then the host's memory bandwidth, meaningless for a GPU; --repack 0: the row kernels over the file's blocks, for comparison; --kernels N: only
-// the group kernels on layer 0's matrices with N tokens, one thread, per ISA level).
+// the group kernels on layer 0's matrices with N tokens, one thread, per ISA level;
+// --json 1: only the constrained-decoding mask, microseconds per token along fixed answers).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,6 +23,7 @@
 #include "kiln/core/cpu_isa.h"
 #include "kiln/core/parallel.h"
 #include "kiln/llm/gguf.h"
+#include "kiln/llm/json_constraint.h"
 #include "kiln/llm/model.h"
 #include "llm/quant_kernels.h"
 
@@ -138,15 +142,57 @@ void kernel_rates(const Model& m, int tokens, int reps) {
     std::printf(" GMAC/s\n");
   }
 }
+// The JSON constraint's mask (kiln/llm/json_constraint.h), one thread: the microseconds
+// one token's mask takes, along answers written token by token (the mask before each
+// token, then the token accepted), median of `reps` passes.
+void json_mask_rates(const Model& m, int reps) {
+  const auto vocab = std::make_shared<const JsonVocabulary>(m.tokenizer());
+  const std::string cat = R"({"type": "object", "additionalProperties": false, "required": ["name", "age", "colour", "toys"],
+    "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"},
+    "colour": {"enum": ["black", "white", "ginger", "grey"]},
+    "toys": {"type": "array", "items": {"type": "string", "maxLength": 20}, "minItems": 1, "maxItems": 3}}})";
+  struct Case {
+    const char* name;
+    std::shared_ptr<const JsonSchema> schema;
+    std::string answer;
+  };
+  const std::vector<Case> cases = {
+      {"json_object", nullptr,
+       R"({"name": "Whiskers", "age": 3, "friends": [{"name": "Tom", "kind": "cat"}, {"name": "Rex", "kind": "dog"}], "indoor": true, "note": "likes to sleep in the sun all afternoon"})"},
+      {"json_schema", JsonSchema::compile(cat), R"({"name": "Whiskers", "age": 3, "colour": "ginger", "toys": ["mouse", "ball of yarn"]})"},
+  };
+  std::vector<float> logits(static_cast<size_t>(m.config().n_vocab));
+  for (const Case& c : cases) {
+    const std::vector<TokenId> tokens = m.tokenizer().encode(c.answer, false);
+    std::vector<double> per_token;
+    for (int r = 0; r < reps; ++r) {
+      JsonConstraint json(vocab, c.schema);
+      double spent = 0;
+      for (TokenId t : tokens) {
+        std::fill(logits.begin(), logits.end(), 0.0f);
+        const auto t0 = Clock::now();
+        json.mask(logits);
+        spent += since(t0);
+        if (!std::isfinite(logits[static_cast<size_t>(t)])) {
+          std::fprintf(stderr, "%s: token %d masked\n", c.name, t);
+          std::exit(1);
+        }
+        json.accept(t);
+      }
+      per_token.push_back(spent / static_cast<double>(tokens.size()) * 1e6);
+    }
+    std::printf("json mask %s: %.0f us/token (%zu tokens)\n", c.name, median(per_token), tokens.size());
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_llm MODEL [--threads 1,2] [--reps 3] [--batch 1,2,4,8,16,32] [--repack 1|0] [--kernels N] [--device D --dtype T]\n");
+    std::fprintf(stderr, "usage: bench_llm MODEL [--threads 1,2] [--reps 3] [--batch 1,2,4,8,16,32] [--repack 1|0] [--kernels N] [--json 1] [--device D --dtype T]\n");
     return 2;
   }
   std::vector<int> threads{1, 2}, batches;
-  int reps = 3, kernel_tokens = 0;
+  int reps = 3, kernel_tokens = 0, json = 0;
   ModelLoadOptions load_options;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = ints(argv[i + 1]);
@@ -154,6 +200,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--batch")) batches = ints(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--repack")) load_options.repack = std::stoi(argv[i + 1]) != 0;
     else if (!std::strcmp(argv[i], "--kernels")) kernel_tokens = std::stoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--json")) json = std::stoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--device")) load_options.device = parse_device(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--dtype")) load_options.dtype = dtype_from_name(argv[i + 1]);
   }
@@ -179,6 +226,11 @@ int main(int argc, char** argv) {
   else
     std::printf("kernels: %s, %s (CPU: %s)\n", kernels::kernel_isa(), load_options.repack ? "packed groups" : "rows",
                 cpu_isa_name(detected_cpu_isa()));
+  if (json) {
+    set_num_threads(1);
+    json_mask_rates(*model, reps);
+    return 0;
+  }
   if (kernel_tokens > 0 && !model->tensor_path()) {
     kernel_rates(*model, kernel_tokens, reps);
     return 0;

@@ -359,8 +359,18 @@ bool JsonRecognizer::closed() const {
 
 bool JsonRecognizer::between_string_characters() const {
   for (const Path& p : paths_)
-    if (p.mode != Mode::kString || p.utf8_left != 0 || (p.node >= 0 && schema_->node(p.node).max >= 0)) return false;
+    if (p.mode != Mode::kString || p.utf8_left != 0) return false;
   return !paths_.empty();
+}
+
+int64_t JsonRecognizer::string_room() const {
+  int64_t room = 0;
+  for (const Path& p : paths_) {
+    const int64_t max = p.node >= 0 ? schema_->node(p.node).max : -1;
+    if (max < 0) return -1;
+    room = std::max(room, max - p.chars);
+  }
+  return room;
 }
 
 void JsonRecognizer::end_value(Path& p) const {
@@ -659,6 +669,7 @@ JsonVocabulary::JsonVocabulary(const Tokenizer& tokenizer) {
   bytes.resize(static_cast<size_t>(n));
   end_of_generation.assign(static_cast<size_t>(n), 0);
   string_content.assign(static_cast<size_t>(n), 0);
+  string_chars.assign(static_cast<size_t>(n), 0);
   JsonRecognizer in_string;
   in_string.feed(std::string_view("{\"\": \""));
   for (TokenId id = 0; id < n; ++id) {
@@ -670,6 +681,8 @@ JsonVocabulary::JsonVocabulary(const Tokenizer& tokenizer) {
     JsonRecognizer r = in_string;
     string_content[i] = !bytes[i].empty() && bytes[i].find_first_of("\"\\") == std::string::npos && r.feed(bytes[i]) &&
                         r.between_string_characters();
+    if (string_content[i])  // (UTF-8 continuation bytes are 10xxxxxx)
+      string_chars[i] = static_cast<uint16_t>(std::count_if(bytes[i].begin(), bytes[i].end(), [](char c) { return (c & 0xc0) != 0x80; }));
     if (bytes[i].empty() || end_of_generation[i]) continue;
     sorted.push_back(id);
     if (!string_content[i]) sorted_not_content.push_back(id);
@@ -706,7 +719,12 @@ void JsonConstraint::mask(std::span<float> logits) const {
   std::vector<uint8_t> ok(v.bytes.size(), 0);
   if (!json_.closed()) {  // (closed: only the end remains, no trailing whitespace)
     if (json_.between_string_characters()) {
-      for (size_t id = 0; id < v.bytes.size(); ++id) ok[id] = v.string_content[id];
+      const int64_t room = json_.string_room();
+      if (room < 0) {
+        for (size_t id = 0; id < v.bytes.size(); ++id) ok[id] = v.string_content[id];
+      } else {
+        for (size_t id = 0; id < v.bytes.size(); ++id) ok[id] = v.string_content[id] && v.string_chars[id] <= room;
+      }
       walk(v, v.sorted_not_content, 0, v.sorted_not_content.size(), 0, json_, ok);
     } else {
       walk(v, v.sorted, 0, v.sorted.size(), 0, json_, ok);

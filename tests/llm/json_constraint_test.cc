@@ -14,9 +14,12 @@
 #include <random>
 
 #include "kiln/llm/generate.h"
+#include "kiln/llm/gguf.h"
+#include "kiln/llm/tokenizer.h"
 #include "kiln/llm/model.h"
-#include "test_util.h"
+#include "llm/llm_test_util.h"
 #include "llm/tiny_model.h"
+#include "test_util.h"
 
 namespace kiln::llm {
 namespace {
@@ -97,9 +100,6 @@ TEST(JsonRecognizer, AFeedIsAllOrNothing) {
   EXPECT_TRUE(r.complete());
 }
 
-// Masked sampling on a tiny model's byte-level vocabulary with random logits: every
-// run ends in a complete object that parses, and no token was ever taken that the
-// mask had refused.
 // The shortcut inside strings takes exactly what walking the bytes would.
 TEST(JsonConstraint, StringContentShortcutEqualsWalkingTheBytes) {
   const std::shared_ptr<const Model> m = testing::load_tiny_model(testing::tiny_models()[1]);  // f16-qwen2-bpe: every byte a token
@@ -124,6 +124,44 @@ TEST(JsonConstraint, StringContentShortcutEqualsWalkingTheBytes) {
   }
 }
 
+// With SmolLM2's vocabulary (tokens of many characters), inside strings with and
+// without a maxLength: the mask takes exactly the tokens the recognizer takes whole.
+TEST(JsonConstraint, TheMaskEqualsFeedingEveryTokenInsideLimitedStrings) {
+  auto file = GgufFile::open(testing::smollm2_path());
+  auto vocab = std::make_shared<const JsonVocabulary>(*Tokenizer::from_gguf(*file));
+  auto schema = JsonSchema::compile(
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "tag": {"type": "string", "maxLength": 1},
+          "text": {"type": "string"}}, "required": ["name", "tag", "text"], "additionalProperties": false})");
+  const char* prefixes[] = {R"({"name": ")", R"({"name": "ab)", R"({"name": "abcd)", R"({"name": "abcdef)",
+                            R"({"name": "aéé)", R"({"name": "ab", "tag": ")", R"({"name": "ab", "tag": "x", "text": "hello)"};
+  for (const char* prefix : prefixes) {
+    SCOPED_TRACE(prefix);
+    JsonRecognizer r(schema.get());
+    ASSERT_TRUE(r.feed(std::string_view(prefix)));
+    ASSERT_TRUE(r.between_string_characters());
+    JsonConstraint c(vocab, schema);
+    // The constraint reaches the prefix through the tokens of its bytes one by one.
+    for (char ch : std::string_view(prefix)) {
+      const auto it = std::find(vocab->bytes.begin(), vocab->bytes.end(), std::string(1, ch));
+      ASSERT_NE(it, vocab->bytes.end()) << ch;
+      c.accept(static_cast<TokenId>(it - vocab->bytes.begin()));
+    }
+    std::vector<float> logits(vocab->bytes.size(), 0.0f);
+    c.mask(logits);
+    size_t allowed = 0;
+    for (size_t id = 0; id < logits.size(); ++id) {
+      JsonRecognizer walk = r;
+      const bool want = !vocab->end_of_generation[id] && !vocab->bytes[id].empty() && walk.feed(vocab->bytes[id]);
+      ASSERT_EQ(std::isfinite(logits[id]), want) << "token " << id << " '" << vocab->bytes[id] << "'";
+      allowed += want;
+    }
+    EXPECT_GT(allowed, 0u);
+  }
+}
+
+// Masked sampling on a tiny model's byte-level vocabulary with random logits: every
+// run ends in a complete object that parses, and no token was ever taken that the
+// mask had refused.
 TEST(JsonConstraint, MaskedSamplingWritesAnObject) {
   for (const testing::TinyModel& tm : testing::tiny_models()) {
     if (tm.name != "f16-qwen2-bpe" && tm.name != "q8_0-llama-spm") continue;  // both tokenizer kinds

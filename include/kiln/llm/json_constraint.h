@@ -31,7 +31,7 @@
 // Cost: the mask walks the vocabulary as a trie (tokens in byte order: a prefix shared by
 // many tokens is fed once, and a prefix refused refuses them all); inside a string without
 // a length limit, tokens of plain string content pass at once and only the others are
-// walked. Thread-safety: a JsonConstraint is one sequence's; its
+// walked (with a maxLength: those of no more characters than are left). Thread-safety: a JsonConstraint is one sequence's; its
 // JsonVocabulary (the tokens' bytes, made once per tokenizer) and JsonSchema are shared
 // read-only.
 #include <cstdint>
@@ -104,9 +104,10 @@ class JsonRecognizer {
   // Complete, and nothing but whitespace can follow (a top-level number or enum literal
   // may still go on while complete).
   bool closed() const;
-  // Inside a string without a length limit, between characters: any whole UTF-8 text
-  // without '"', '\\' and control characters continues it.
+  // Inside a string, between characters: any whole UTF-8 text without '"', '\\' and
+  // control characters continues it, up to string_room() characters (-1: no limit).
   bool between_string_characters() const;
+  int64_t string_room() const;
 
   enum class Mode : uint8_t;
   struct Frame {
@@ -142,8 +143,10 @@ struct JsonVocabulary {
   std::vector<std::string> bytes;  // per token ("" for control tokens: never allowed)
   std::vector<uint8_t> end_of_generation;
   // Per token: its bytes are string content (whole UTF-8 characters, no '"', '\\' or
-  // control character): inside a string the mask takes them without walking them.
+  // control character): inside a string the mask takes them without walking them (where
+  // the string has a maxLength, those of at most the characters left).
   std::vector<uint8_t> string_content;
+  std::vector<uint16_t> string_chars;  // string content: its characters (UTF-8 code points)
   // The tokens with bytes in byte order (the mask walks them as a trie), all of them and
   // those that are not string content.
   std::vector<TokenId> sorted, sorted_not_content;
