@@ -309,7 +309,11 @@ JsonRecognizer::JsonRecognizer(const JsonSchema* schema) : schema_(schema) {
 }
 
 bool JsonRecognizer::advance(uint8_t c) {
-  thread_local std::vector<Path> next;  // (its capacity is reused; paths_ keeps the other buffer)
+  thread_local std::vector<Path> spare;  // (its capacity is reused; paths_ keeps the other buffer)
+  return advance(c, spare);
+}
+
+bool JsonRecognizer::advance(uint8_t c, std::vector<Path>& next) {
   next.clear();
   for (Path& p : paths_) step(std::move(p), c, next);
   if (next.size() > 1) {  // readings that met again are one
@@ -401,9 +405,11 @@ void JsonRecognizer::start_value(Path p, int32_t node, uint8_t c, std::vector<Pa
   }
   const bool any = kind == Kind::kAny;
   if (c == '{' && (any || kind == Kind::kObject)) {
+    if (p.stack.full()) return;  // deeper than any answer needs
     p.stack.push_back({any ? -1 : node, 0, false});
     p.mode = Mode::kKeyOrClose;
   } else if (c == '[' && (any || kind == Kind::kArray)) {
+    if (p.stack.full()) return;
     p.stack.push_back({any ? -1 : node, 0, true});
     p.mode = Mode::kValueOrClose;
   } else if (c == '"' && (any || kind == Kind::kString)) {
@@ -664,6 +670,41 @@ void JsonRecognizer::step(Path p, uint8_t c, std::vector<Path>& out) const {
 
 // ---- the vocabulary and the mask -----------------------------------------------------
 
+namespace {
+// The trie of ids[lo, hi) (sorted by their bytes, sharing the first `depth`) under `node`.
+void build_trie(const std::vector<std::string>& bytes, const std::vector<TokenId>& ids, size_t lo, size_t hi, size_t depth,
+                uint32_t node, JsonVocabulary::Trie& t) {
+  const auto at = [&](size_t i) -> const std::string& { return bytes[static_cast<size_t>(ids[i])]; };
+  t.nodes[node].first_token = static_cast<uint32_t>(t.tokens.size());
+  for (; lo < hi && at(lo).size() == depth; ++lo) t.tokens.push_back(ids[lo]);  // end here
+  t.nodes[node].tokens = static_cast<uint16_t>(t.tokens.size() - t.nodes[node].first_token);
+  std::vector<std::pair<size_t, size_t>> groups;  // by the next byte
+  for (size_t i = lo; i < hi;) {
+    size_t end = i + 1;
+    while (end < hi && at(end)[depth] == at(i)[depth]) ++end;
+    groups.emplace_back(i, end);
+    i = end;
+  }
+  const auto first = static_cast<uint32_t>(t.nodes.size());
+  t.nodes[node].first_child = first;
+  t.nodes[node].children = static_cast<uint16_t>(groups.size());
+  for (const auto& [glo, ghi] : groups) {
+    t.nodes.emplace_back();
+    t.nodes.back().byte = static_cast<uint8_t>(at(glo)[depth]);
+  }
+  for (size_t k = 0; k < groups.size(); ++k)
+    build_trie(bytes, ids, groups[k].first, groups[k].second, depth + 1, first + static_cast<uint32_t>(k), t);
+}
+
+JsonVocabulary::Trie make_trie(const std::vector<std::string>& bytes, std::vector<TokenId> ids) {
+  std::sort(ids.begin(), ids.end(), [&](TokenId a, TokenId b) { return byte_less(bytes[static_cast<size_t>(a)], bytes[static_cast<size_t>(b)]); });
+  JsonVocabulary::Trie t;
+  t.nodes.emplace_back();
+  build_trie(bytes, ids, 0, ids.size(), 0, 0, t);
+  return t;
+}
+}  // namespace
+
 JsonVocabulary::JsonVocabulary(const Tokenizer& tokenizer) {
   const int32_t n = tokenizer.vocab_size();
   bytes.resize(static_cast<size_t>(n));
@@ -672,6 +713,7 @@ JsonVocabulary::JsonVocabulary(const Tokenizer& tokenizer) {
   string_chars.assign(static_cast<size_t>(n), 0);
   JsonRecognizer in_string;
   in_string.feed(std::string_view("{\"\": \""));
+  std::vector<TokenId> with_bytes, not_string_content;
   for (TokenId id = 0; id < n; ++id) {
     const size_t i = static_cast<size_t>(id);
     bytes[i] = tokenizer.token_to_piece(id, /*special=*/false);
@@ -684,31 +726,33 @@ JsonVocabulary::JsonVocabulary(const Tokenizer& tokenizer) {
     if (string_content[i])  // (UTF-8 continuation bytes are 10xxxxxx)
       string_chars[i] = static_cast<uint16_t>(std::count_if(bytes[i].begin(), bytes[i].end(), [](char c) { return (c & 0xc0) != 0x80; }));
     if (bytes[i].empty() || end_of_generation[i]) continue;
-    sorted.push_back(id);
-    if (!string_content[i]) sorted_not_content.push_back(id);
+    max_bytes = std::max(max_bytes, bytes[i].size());
+    with_bytes.push_back(id);
+    if (!string_content[i]) not_string_content.push_back(id);
   }
-  const auto by_bytes = [&](TokenId a, TokenId b) { return byte_less(bytes[static_cast<size_t>(a)], bytes[static_cast<size_t>(b)]); };
-  std::sort(sorted.begin(), sorted.end(), by_bytes);
-  std::sort(sorted_not_content.begin(), sorted_not_content.end(), by_bytes);
+  all = make_trie(bytes, std::move(with_bytes));
+  not_content = make_trie(bytes, std::move(not_string_content));
 }
 
 JsonConstraint::JsonConstraint(std::shared_ptr<const JsonVocabulary> vocab, std::shared_ptr<const JsonSchema> schema)
-    : vocab_(std::move(vocab)), schema_(schema ? std::move(schema) : JsonSchema::any_object()), json_(schema_.get()) {}
+    : vocab_(std::move(vocab)),
+      schema_(schema ? std::move(schema) : JsonSchema::any_object()),
+      json_(schema_.get()),
+      scratch_(vocab_->max_bytes + 1, json_) {}
 
 namespace {
-// Marks the tokens of sorted[lo, hi) (sharing their first `depth` bytes, which `r` has
-// taken) that `r` can take whole.
-void walk(const JsonVocabulary& v, const std::vector<TokenId>& sorted, size_t lo, size_t hi, size_t depth,
-          const JsonRecognizer& r, std::vector<uint8_t>& ok) {
-  const auto at = [&](size_t i) -> const std::string& { return v.bytes[static_cast<size_t>(sorted[i])]; };
-  while (lo < hi && at(lo).size() == depth) ok[static_cast<size_t>(sorted[lo++])] = 1;  // ends here: taken
-  while (lo < hi) {
-    const auto b = static_cast<uint8_t>(at(lo)[depth]);
-    size_t end = lo + 1;
-    while (end < hi && static_cast<uint8_t>(at(end)[depth]) == b) ++end;
-    JsonRecognizer next = r;
-    if (next.advance(b)) walk(v, sorted, lo, end, depth + 1, next, ok);
-    lo = end;
+// Marks the tokens under trie node `node` (whose bytes, `depth` of them, `r` has taken)
+// that `r` can take whole. scratch[depth] holds the recognizer one byte further (sized to
+// the longest token: `r` may be scratch[depth - 1]), `spare` the readings' other buffer:
+// the walk allocates nothing once they have grown.
+void walk(const JsonVocabulary::Trie& t, uint32_t node, size_t depth, const JsonRecognizer& r, std::vector<uint8_t>& ok,
+          std::vector<JsonRecognizer>& scratch, std::vector<JsonRecognizer::Path>& spare) {
+  const JsonVocabulary::Trie::Node& n = t.nodes[node];
+  for (uint32_t k = 0; k < n.tokens; ++k) ok[static_cast<size_t>(t.tokens[n.first_token + k])] = 1;  // end here: taken
+  for (uint32_t c = n.first_child; c < n.first_child + n.children; ++c) {
+    JsonRecognizer& next = scratch[depth];
+    next = r;
+    if (next.advance(t.nodes[c].byte, spare)) walk(t, c, depth + 1, next, ok, scratch, spare);
   }
 }
 }  // namespace
@@ -716,7 +760,8 @@ void walk(const JsonVocabulary& v, const std::vector<TokenId>& sorted, size_t lo
 void JsonConstraint::mask(std::span<float> logits) const {
   const JsonVocabulary& v = *vocab_;
   const size_t n = std::min(logits.size(), v.bytes.size());
-  std::vector<uint8_t> ok(v.bytes.size(), 0);
+  std::vector<uint8_t>& ok = ok_;
+  ok.assign(v.bytes.size(), 0);
   if (!json_.closed()) {  // (closed: only the end remains, no trailing whitespace)
     if (json_.between_string_characters()) {
       const int64_t room = json_.string_room();
@@ -725,9 +770,9 @@ void JsonConstraint::mask(std::span<float> logits) const {
       } else {
         for (size_t id = 0; id < v.bytes.size(); ++id) ok[id] = v.string_content[id] && v.string_chars[id] <= room;
       }
-      walk(v, v.sorted_not_content, 0, v.sorted_not_content.size(), 0, json_, ok);
+      walk(v.not_content, 0, 0, json_, ok, scratch_, spare_);
     } else {
-      walk(v, v.sorted, 0, v.sorted.size(), 0, json_, ok);
+      walk(v.all, 0, 0, json_, ok, scratch_, spare_);
     }
   }
   const bool can_end = json_.complete();

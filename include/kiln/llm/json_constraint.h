@@ -28,12 +28,15 @@
 // Numbers stay what every reader takes: at most 16 integer digits (18 for "integer": an
 // int64), 16 fraction digits and 2 exponent digits.
 //
-// Cost: the mask walks the vocabulary as a trie (tokens in byte order: a prefix shared by
-// many tokens is fed once, and a prefix refused refuses them all); inside a string without
+// Cost: the mask walks the vocabulary as a trie (a prefix shared by many tokens is fed
+// once, and a prefix refused refuses them all); inside a string without
 // a length limit, tokens of plain string content pass at once and only the others are
-// walked (with a maxLength: those of no more characters than are left). Thread-safety: a JsonConstraint is one sequence's; its
+// walked (with a maxLength: those of no more characters than are left); the walk reuses its
+// buffers and allocates nothing. Thread-safety: a JsonConstraint is one sequence's (its
+// mask() writes its own buffers: one thread at a time); its
 // JsonVocabulary (the tokens' bytes, made once per tokenizer) and JsonSchema are shared
 // read-only.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -111,13 +114,39 @@ class JsonRecognizer {
 
   enum class Mode : uint8_t;
   struct Frame {
-    int32_t node;        // the container's schema node (-1: any)
-    int32_t cursor = 0;  // object: the next property that may come; array: items so far
-    bool array = false;
+    int32_t node;    // the container's schema node (-1: any)
+    int32_t cursor;  // object: the next property that may come; array: items so far
+    bool array;
+  };
+  // The containers open around a reading, innermost last, in place (the mask copies
+  // readings at every node of its walk: no allocation), at most kMaxDepth of them: a
+  // value nested deeper is not generated.
+  class FrameStack {
+   public:
+    static constexpr size_t kMaxDepth = 64;
+    FrameStack() = default;
+    FrameStack(const FrameStack& o) : n_(o.n_) { std::copy_n(o.f_, n_, f_); }
+    FrameStack& operator=(const FrameStack& o) {
+      n_ = o.n_;
+      std::copy_n(o.f_, n_, f_);
+      return *this;
+    }
+    bool empty() const { return n_ == 0; }
+    size_t size() const { return n_; }
+    bool full() const { return n_ == kMaxDepth; }
+    Frame& back() { return f_[n_ - 1]; }
+    const Frame& back() const { return f_[n_ - 1]; }
+    const Frame& operator[](size_t i) const { return f_[i]; }
+    void push_back(const Frame& f) { f_[n_++] = f; }  // (not full)
+    void pop_back() { --n_; }
+
+   private:
+    Frame f_[kMaxDepth];  // [0, n_) set
+    uint32_t n_ = 0;
   };
   // One reading of the bytes so far; unions make several.
   struct Path {
-    std::vector<Frame> stack;
+    FrameStack stack;
     Mode mode{};
     int32_t node = -1;  // the schema of the value, string, literal or key being read (-1: any)
     int32_t lo = 0, hi = 0;  // literals and keys: the candidates [lo, hi); number: fraction digits (lo)
@@ -127,6 +156,9 @@ class JsonRecognizer {
     uint8_t utf8_left = 0, utf8_lo = 0x80, utf8_hi = 0xbf, unicode_left = 0;
     bool in_key = false, integer = false;
   };
+  // advance() with the caller's buffer for the next readings (it gets this one's old
+  // buffer back): a walk that reuses one buffer allocates nothing.
+  bool advance(uint8_t c, std::vector<Path>& spare);
 
  private:
   void step(Path p, uint8_t c, std::vector<Path>& out) const;
@@ -147,9 +179,19 @@ struct JsonVocabulary {
   // the string has a maxLength, those of at most the characters left).
   std::vector<uint8_t> string_content;
   std::vector<uint16_t> string_chars;  // string content: its characters (UTF-8 code points)
-  // The tokens with bytes in byte order (the mask walks them as a trie), all of them and
-  // those that are not string content.
-  std::vector<TokenId> sorted, sorted_not_content;
+  // The tokens by their bytes as a trie, which the mask walks: a prefix shared by many
+  // tokens is fed once, and a prefix refused refuses them all without touching them.
+  struct Trie {
+    struct Node {
+      uint32_t first_child = 0, first_token = 0;  // into nodes, tokens
+      uint16_t children = 0, tokens = 0;          // a node's children are contiguous
+      uint8_t byte = 0;                           // the byte that leads here from the parent
+    };
+    std::vector<Node> nodes;      // nodes[0]: the root (no bytes)
+    std::vector<TokenId> tokens;  // by node: the tokens whose bytes end there
+  };
+  Trie all, not_content;  // every token with bytes; those that are not string content
+  size_t max_bytes = 0;   // the longest token's
 };
 
 class JsonConstraint {
@@ -168,6 +210,10 @@ class JsonConstraint {
   std::shared_ptr<const JsonVocabulary> vocab_;
   std::shared_ptr<const JsonSchema> schema_;
   JsonRecognizer json_;
+  // The mask's walk: a recognizer per byte of depth and the readings' spare buffer.
+  mutable std::vector<JsonRecognizer> scratch_;
+  mutable std::vector<JsonRecognizer::Path> spare_;
+  mutable std::vector<uint8_t> ok_;  // per token: allowed
 };
 
 }  // namespace kiln::llm
