@@ -305,6 +305,13 @@ void AnswerStreamer::end_value(Delta& d) {
   lex_ = frames_.empty() ? Lex::kDone : Lex::kAfter;
 }
 
+// The innermost container closes with `c`.
+void AnswerStreamer::close(char c, Delta& d) {
+  capture(c, d);
+  frames_.pop_back();
+  end_value(d);
+}
+
 void AnswerStreamer::step(char c, Delta& d) {
   const bool space = c == ' ' || c == '\t' || c == '\n' || c == '\r';
   switch (lex_) {
@@ -320,9 +327,7 @@ void AnswerStreamer::step(char c, Delta& d) {
         text_.clear();
         lex_ = Lex::kString;
       } else if (c == '}' && lex_ == Lex::kKeyOrClose) {
-        capture(c, d);
-        frames_.pop_back();
-        end_value(d);
+        close(c, d);
       } else {
         lex_ = Lex::kOff;
       }
@@ -369,9 +374,7 @@ void AnswerStreamer::step(char c, Delta& d) {
           lex_ = Lex::kValue;
         }
       } else if (c == (frames_.back().object ? '}' : ']')) {
-        capture(c, d);
-        frames_.pop_back();
-        end_value(d);
+        close(c, d);
       } else {
         lex_ = Lex::kOff;
       }

@@ -122,6 +122,7 @@ class AnswerStreamer {
   void step(char c, Delta& d);
   void begin_value(char c, Delta& d);
   void end_value(Delta& d);
+  void close(char c, Delta& d);
   void capture(char c, Delta& d);
   bool decode(char c, std::string& out);  // a string's byte; true at its closing quote
 
