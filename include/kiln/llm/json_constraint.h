@@ -26,7 +26,7 @@
 // continuations are masked, the output stays valid). Enum and const values are written
 // in compact JSON (no whitespace inside). Whitespace is free elsewhere, as JSON allows.
 // Numbers stay what every reader takes: at most 16 integer digits (18 for "integer": an
-// int64), 16 fraction digits and 2 exponent digits.
+// int64), 16 fraction digits and 2 exponent digits. Containers nest at most 64 deep.
 //
 // Cost: the mask walks the vocabulary as a trie (a prefix shared by many tokens is fed
 // once, and a prefix refused refuses them all); inside a string without
