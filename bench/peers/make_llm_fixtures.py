@@ -126,7 +126,8 @@ def oracle(model):
 
 def numpy_forward(reader, ids):
     """The logits after `ids` in float64 NumPy from the gguf package's dequantised weights
-    (llama, or qwen2: q/k/v biases and NeoX RoPE; tied or separate head): the exact
+    (llama, with Llama 3's rope_freqs.weight or not; qwen2: q/k/v biases and NeoX RoPE;
+    qwen3: per-head q/k RMS norms before NeoX RoPE; tied or separate head): the exact
     reference both kiln and llama.cpp are measured against."""
     import numpy as np
     import gguf
@@ -152,12 +153,14 @@ def numpy_forward(reader, ids):
     n = len(ids)
     rms = lambda v, g: v / np.sqrt((v * v).mean(-1, keepdims=True) + eps) * g
     inv = base ** (-np.arange(0, hd, 2) / hd)
+    if "rope_freqs.weight" in tensors:  # ggml's freq_factors: each pair's angle divided by its factor
+        inv = inv / w("rope_freqs.weight")
     ang = np.arange(n)[:, None] * inv[None, :]
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
 
-    def rope(v):  # llama: adjacent pairs; qwen2 (NeoX): the two halves
+    def rope(v):  # llama: adjacent pairs; qwen2, qwen3 (NeoX): the two halves
         out = np.empty_like(v)
-        if arch == "qwen2":
+        if arch in ("qwen2", "qwen3"):
             a_, b_ = v[..., :hd // 2], v[..., hd // 2:]
             out[..., :hd // 2], out[..., hd // 2:] = a_ * cos - b_ * sin, a_ * sin + b_ * cos
         else:
@@ -173,8 +176,10 @@ def numpy_forward(reader, ids):
     for l in range(n_layer):
         p = f"blk.{l}."
         h = rms(x, w(p + "attn_norm.weight"))
-        q = rope(lin(h, p + "attn_q").reshape(n, n_head, hd))
-        k = rope(lin(h, p + "attn_k").reshape(n, n_kv, hd))
+        q, k = lin(h, p + "attn_q").reshape(n, n_head, hd), lin(h, p + "attn_k").reshape(n, n_kv, hd)
+        if p + "attn_q_norm.weight" in tensors:  # qwen3: each head normalised
+            q, k = rms(q, w(p + "attn_q_norm.weight")), rms(k, w(p + "attn_k_norm.weight"))
+        q, k = rope(q), rope(k)
         v = lin(h, p + "attn_v").reshape(n, n_kv, hd)
         out = np.zeros((n, n_head, hd))
         for hh in range(n_head):

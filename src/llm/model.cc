@@ -30,7 +30,7 @@ using kernels::QMatrix;
 
 struct Model::Weights {
   struct Layer {
-    std::vector<float> attn_norm, ffn_norm, bq, bk, bv;
+    std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
     QMatrix wq, wk, wv, wo, gate, up, down;
   };
   QMatrix embedding, output;
@@ -265,8 +265,9 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
   ModelConfig& c = m->config_;
   c.architecture = std::string(f.get_string("general.architecture"));
   c.name = std::string(f.get_string("general.name", ""));
-  if (c.architecture != "llama" && c.architecture != "mistral" && c.architecture != "qwen2")
-    throw UnimplementedError(f.name() + ": architecture '" + c.architecture + "' is not supported (kiln runs llama, mistral, qwen2)");
+  if (c.architecture != "llama" && c.architecture != "mistral" && c.architecture != "qwen2" && c.architecture != "qwen3")
+    throw UnimplementedError(f.name() + ": architecture '" + c.architecture +
+                             "' is not supported (kiln runs llama, mistral, qwen2, qwen3)");
   const std::string a = c.architecture + ".";
   c.n_layer = f.get_int(a + "block_count");
   c.n_embd = f.get_int(a + "embedding_length");
@@ -287,7 +288,11 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
   if (scaling == "linear") c.rope_freq_scale = static_cast<float>(1.0 / f.get_float(a + "rope.scaling.factor", 1.0));
   else if (scaling != "none")
     throw UnimplementedError(f.name() + ": rope scaling '" + scaling + "' is not supported (kiln runs none and linear)");
-  c.rope_neox = c.architecture == "qwen2";
+  c.rope_neox = c.architecture == "qwen2" || c.architecture == "qwen3";
+  if (f.find_tensor("rope_freqs.weight")) c.rope_freq_factors = vec(f, "rope_freqs.weight", c.n_rot / 2);
+  for (float ff : c.rope_freq_factors)
+    if (!(ff > 0) || !std::isfinite(ff)) throw DataLossError(f.name() + ": rope_freqs.weight holds a factor that is not a positive number");
+  c.qk_norm = f.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
   m->tokenizer_ = Tokenizer::from_gguf(f);
   c.n_vocab = m->tokenizer_->vocab_size();
 
@@ -310,6 +315,10 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
     L.gate = matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
     L.up = matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
     L.down = matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
+    if (c.qk_norm) {
+      L.q_norm = vec(f, p + "attn_q_norm.weight", c.head_dim);
+      L.k_norm = vec(f, p + "attn_k_norm.weight", c.head_dim);
+    }
     if (c.qkv_bias) {
       L.bq = vec(f, p + "attn_q.bias", q_dim);
       L.bk = vec(f, p + "attn_k.bias", kv_dim);
@@ -419,6 +428,10 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
       if (c.qkv_bias) {
         for (int64_t i = 0; i < q_dim; ++i) qt[i] += L.bq[i];
         for (int64_t i = 0; i < kv_dim; ++i) kt[i] += L.bk[i], vt[i] += L.bv[i];
+      }
+      if (c.qk_norm) {
+        for (int64_t hh = 0; hh < c.n_head; ++hh) rms_norm(qt + hh * hd, L.q_norm.data(), qt + hh * hd, hd, c.rms_eps);
+        for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rms_norm(kt + hh * hd, L.k_norm.data(), kt + hh * hd, hd, c.rms_eps);
       }
       const float* cs = rope_cos.data() + t * half_rot;
       const float* sn = rope_sin.data() + t * half_rot;

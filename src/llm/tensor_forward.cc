@@ -56,7 +56,7 @@ Tensor rope(const Tensor& x, const Tensor& cs, const Tensor& sn, const ModelConf
 size_t TensorWeights::bytes() const {
   size_t n = embedding.nbytes() + output_norm.nbytes() + (output.is_same(embedding) ? 0 : output.nbytes());
   for (const Layer& L : layers)
-    for (const Tensor* t : {&L.attn_norm, &L.ffn_norm, &L.bqkv, &L.wqkv, &L.wo, &L.gate_up, &L.down})
+    for (const Tensor* t : {&L.attn_norm, &L.ffn_norm, &L.bqkv, &L.q_norm, &L.k_norm, &L.wqkv, &L.wo, &L.gate_up, &L.down})
       if (t->defined()) n += t->nbytes();
   return n;
 }
@@ -97,6 +97,10 @@ std::unique_ptr<TensorWeights> load_tensor_weights(const GgufFile& f, const Mode
     L.wo = mat(p + "attn_output.weight", d, q_dim);
     L.gate_up = stacked({{p + "ffn_gate.weight", c.n_ff}, {p + "ffn_up.weight", c.n_ff}}, d, true);
     L.down = mat(p + "ffn_down.weight", d, c.n_ff);
+    if (c.qk_norm) {
+      L.q_norm = f32(p + "attn_q_norm.weight", {c.head_dim});
+      L.k_norm = f32(p + "attn_k_norm.weight", {c.head_dim});
+    }
     if (c.qkv_bias)
       L.bqkv = stacked({{p + "attn_q.bias", q_dim}, {p + "attn_k.bias", kv_dim}, {p + "attn_v.bias", kv_dim}}, 0, false);
     w->layers.push_back(std::move(L));
@@ -157,8 +161,13 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
     Tensor qkv = linear(h, L.wqkv);
     if (c.qkv_bias) qkv = qkv + L.bqkv;
     const std::vector<Tensor> parts = ops::split(qkv, {q_dim, kv_dim, kv_dim}, 1);
-    const Tensor q = rope(ops::reshape(parts[0], {T, c.n_head, hd}), rope_cos, rope_sin, c);
-    const Tensor k = rope(ops::reshape(parts[1], {T, c.n_head_kv, hd}), rope_cos, rope_sin, c);
+    Tensor q = ops::reshape(parts[0], {T, c.n_head, hd}), k = ops::reshape(parts[1], {T, c.n_head_kv, hd});
+    if (c.qk_norm) {  // each head normalised over its head_dim values
+      q = ops::rms_norm(q, L.q_norm, c.rms_eps);
+      k = ops::rms_norm(k, L.k_norm, c.rms_eps);
+    }
+    q = rope(q, rope_cos, rope_sin, c);
+    k = rope(k, rope_cos, rope_sin, c);
     const Tensor& v = parts[2];
     const Tensor keys = cache.layer_rows(l, 0), values = cache.layer_rows(l, 1);
     ops::index_copy(keys.reshape(flat), rows_of, ops::cast(ops::reshape(k, {T, kv_dim}), DType::kF16), true);

@@ -26,6 +26,7 @@ class GgufFile;
 struct TensorWeights {
   struct Layer {
     Tensor attn_norm, ffn_norm, bqkv;  // f32 (the bias undefined without one)
+    Tensor q_norm, k_norm;             // f32 [head_dim] (qwen3; undefined otherwise)
     // [out, in] of `dtype`; q, k and v stacked (one matmul), gate and up too.
     Tensor wqkv, wo, gate_up, down;
   };

@@ -6,9 +6,10 @@
 // files. Every model: 2 layers, 256 wide (the K types' blocks are 256 weights), 4 query
 // and 2 key/value heads of 64 (grouped-query attention), a SwiGLU MLP of 512, and every
 // matrix, the token embedding included, in the model's type; the architectures (llama,
-// qwen2 with its q/k/v biases and NeoX RoPE), tokenizer kinds (SentencePiece-style BPE
-// with byte fallback, and byte-level BPE) and tied or separate output heads alternate
-// over the types. Quantised blocks are random bytes with small random scales, as the
+// qwen2 with its q/k/v biases and NeoX RoPE, qwen3 with its per-head q/k norms and NeoX
+// RoPE, llama with Llama 3's rope_freqs.weight: "llama3"), tokenizer kinds
+// (SentencePiece-style BPE with byte fallback, and byte-level BPE) and tied or separate
+// output heads alternate over the types. Quantised blocks are random bytes with small random scales, as the
 // kernels' tests make them.
 #include <unistd.h>
 
@@ -34,9 +35,10 @@ namespace kiln::llm::testing {
 struct TinyModel {
   std::string name;  // "q4_K-llama-spm": the fixture files' stem
   GgmlType type;
-  std::string arch;  // "llama" or "qwen2"
+  std::string arch;  // "llama", "qwen2" or "qwen3"
   bool bpe;          // byte-level BPE ("gpt2"); else SentencePiece-style ("llama")
   bool tied;         // no output.weight: the head is the token embedding
+  bool rope_freqs = false;  // llama with Llama 3's frequency factors (rope_freqs.weight)
 };
 
 inline std::vector<TinyModel> tiny_models() {
@@ -45,6 +47,7 @@ inline std::vector<TinyModel> tiny_models() {
     const char* type_name;
     const char* arch;
     bool bpe, tied;
+    bool rope_freqs = false;
   };
   const Row rows[] = {
       {GgmlType::kF32, "f32", "llama", false, false},   {GgmlType::kF16, "f16", "qwen2", true, true},
@@ -53,10 +56,13 @@ inline std::vector<TinyModel> tiny_models() {
       {GgmlType::kQ5_0, "q5_0", "llama", false, false}, {GgmlType::kQ5_1, "q5_1", "qwen2", true, true},
       {GgmlType::kQ4_K, "q4_K", "llama", false, false}, {GgmlType::kQ5_K, "q5_K", "llama", true, true},
       {GgmlType::kQ6_K, "q6_K", "qwen2", false, false},
+      {GgmlType::kF32, "f32", "qwen3", true, false},    {GgmlType::kQ8_0, "q8_0", "qwen3", false, true},
+      {GgmlType::kF16, "f16", "llama", false, false, true}, {GgmlType::kQ4_K, "q4_K", "llama", true, true, true},
   };
   std::vector<TinyModel> out;
   for (const Row& r : rows)
-    out.push_back({std::string(r.type_name) + "-" + r.arch + (r.bpe ? "-bpe" : "-spm"), r.type, r.arch, r.bpe, r.tied});
+    out.push_back({std::string(r.type_name) + "-" + (r.rope_freqs ? "llama3" : r.arch) + (r.bpe ? "-bpe" : "-spm"), r.type, r.arch,
+                   r.bpe, r.tied, r.rope_freqs});
   return out;
 }
 
@@ -256,6 +262,10 @@ inline std::string tiny_model_gguf(const TinyModel& m) {
       vec(p + "attn_k.bias", kv_dim, -0.2f, 0.2f);
       vec(p + "attn_v.bias", kv_dim, -0.2f, 0.2f);
     }
+    if (m.arch == "qwen3") {
+      vec(p + "attn_q_norm.weight", kHeadDim, 0.5f, 1.5f);
+      vec(p + "attn_k_norm.weight", kHeadDim, 0.5f, 1.5f);
+    }
     matrix(p + "attn_output.weight", kEmbd, kHead * kHeadDim);
     vec(p + "ffn_norm.weight", kEmbd, 0.8f, 1.2f);
     matrix(p + "ffn_gate.weight", kFf, kEmbd);
@@ -264,6 +274,9 @@ inline std::string tiny_model_gguf(const TinyModel& m) {
   }
   vec("output_norm.weight", kEmbd, 0.8f, 1.2f);
   if (!m.tied) matrix("output.weight", n_vocab, kEmbd);
+  // Llama 3's factors: 1 for the fast-turning pairs, up to 8 for the slow ones (random
+  // here, so that every pair's factor counts).
+  if (m.rope_freqs) vec("rope_freqs.weight", kHeadDim / 2, 1.0f, 8.0f);
 
   GgufBuilder kv;  // the metadata, counted
   const std::string a = m.arch + ".";
@@ -277,7 +290,7 @@ inline std::string tiny_model_gguf(const TinyModel& m) {
   kv.kv_u32(a + "attention.head_count_kv", kHeadKv);
   kv.kv_u32(a + "rope.dimension_count", kHeadDim);
   kv.kv_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
-  kv.kv_f32(a + "rope.freq_base", m.arch == "qwen2" ? 1000000.0f : 10000.0f);
+  kv.kv_f32(a + "rope.freq_base", m.arch == "llama" ? 10000.0f : 1000000.0f);
   kv.kv_u32("general.alignment", 32);
   if (m.bpe) {
     kv.kv_string("tokenizer.ggml.model", "gpt2");

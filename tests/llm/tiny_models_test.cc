@@ -1,5 +1,6 @@
 // Tiny random-weight models of every GGUF tensor type (tests/llm/tiny_model.h: F32, F16,
-// BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; llama and qwen2; SentencePiece and
+// BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; llama, llama with Llama 3's rope
+// frequency factors, qwen2, qwen3; SentencePiece and
 // byte-level BPE tokenizers; tied and separate heads) against llama.cpp on the same
 // files (fixtures from `bench/peers/make_llm_fixtures.py tiny`): the prompts' token ids
 // exactly; the first-step logits against llama.cpp's and against a float64 NumPy forward
@@ -12,6 +13,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <limits>
 
 #include "kiln/core/npy.h"
 #include "kiln/llm/model.h"
@@ -73,6 +77,43 @@ TEST_P(TinyModels, MatchLlamaCpp) {
         << "kiln left llama.cpp's greedy path at step " << step << " where llama.cpp was sure";
   }
   std::printf("%s: %d of %zu continuations identical\n", tm.name.c_str(), identical, cases.size());
+}
+
+// Files of the architectures' own parts gone wrong: typed errors naming what is wrong.
+TEST(TinyModelFiles, BadFactorsAndUnknownArchitecturesAreNamed) {
+  const auto load_bytes = [](const std::string& bytes) {
+    const kiln::testing::TempDir dir("tiny_bad");
+    const std::string path = dir.path() + "/m.gguf";
+    std::ofstream(path, std::ios::binary) << bytes;
+    return Model::load(path);
+  };
+  const std::vector<testing::TinyModel> all = testing::tiny_models();
+  const auto find = [&](const std::string& name) {
+    return *std::find_if(all.begin(), all.end(), [&](const testing::TinyModel& m) { return m.name == name; });
+  };
+  // rope_freqs.weight is the file's last tensor: its last factor is the last 4 bytes.
+  std::string llama3 = testing::tiny_model_gguf(find("f16-llama3-spm"));
+  ASSERT_NO_THROW(load_bytes(llama3));
+  for (const float bad : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN()}) {
+    std::memcpy(llama3.data() + llama3.size() - 4, &bad, 4);
+    try {
+      load_bytes(llama3);
+      ADD_FAILURE() << "a factor of " << bad << " was taken";
+    } catch (const DataLossError& e) {
+      EXPECT_NE(std::string(e.what()).find("rope_freqs.weight"), std::string::npos) << e.what();
+    }
+  }
+  // An architecture kiln does not run (every "qwen3" of the file, its keys included, made
+  // "qwen9"): named, with the ones it runs.
+  std::string other = testing::tiny_model_gguf(find("f32-qwen3-bpe"));
+  for (size_t at = other.find("qwen3"); at != std::string::npos; at = other.find("qwen3", at)) other[at + 4] = '9';
+  try {
+    load_bytes(other);
+    ADD_FAILURE() << "qwen9 was loaded";
+  } catch (const UnimplementedError& e) {
+    EXPECT_NE(std::string(e.what()).find("architecture 'qwen9' is not supported"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("qwen3"), std::string::npos) << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryTensorType, TinyModels, ::testing::ValuesIn(testing::tiny_models()),

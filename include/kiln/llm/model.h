@@ -1,6 +1,8 @@
 #pragma once
-// Decoder-only transformers of the llama family (llama, mistral, qwen2) from GGUF:
-// token embedding, RMSNorm, rotary position embedding (GGUF's normal or neox pairing),
+// Decoder-only transformers of the llama family (llama, mistral, qwen2, qwen3) from GGUF:
+// token embedding, RMSNorm, rotary position embedding (GGUF's normal or neox pairing;
+// Llama 3's per-pair frequency factors, rope_freqs.weight, when the file has them; qwen3's
+// per-head RMSNorm of q and k before it),
 // grouped-query attention over the paged KV cache, SwiGLU MLP, tied or separate output
 // head. Every hyperparameter is read from the file's metadata. Weights stay quantised:
 // the matrices of the types the group kernels take (q4_0 ... q8_0, q4_K, q5_K, q6_K) are
@@ -48,8 +50,12 @@ struct ModelConfig {
   float rope_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // positions are multiplied by this (linear scaling)
   bool rope_neox = false;        // rotate (i, i + n_rot/2) instead of (2i, 2i+1)
+  // Per rotary pair, the angle is divided by this (Llama 3's rope_freqs.weight, n_rot / 2
+  // values, as ggml's freq_factors); empty: none.
+  std::vector<float> rope_freq_factors;
   bool tied_output = false;      // the output head is the token embedding
   bool qkv_bias = false;
+  bool qk_norm = false;          // qwen3: each head of q and k RMS-normalised (weights of head_dim) before RoPE
   int64_t kv_dim() const { return n_head_kv * head_dim; }
 };
 
