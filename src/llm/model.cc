@@ -269,6 +269,10 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
     throw UnimplementedError(f.name() + ": architecture '" + c.architecture +
                              "' is not supported (kiln runs llama, mistral, qwen2, qwen3)");
   const std::string a = c.architecture + ".";
+  // Mixtral and its kin are "llama" files with experts: name that, not a missing tensor.
+  if (f.get_int(a + "expert_count", 0) > 0)
+    throw UnimplementedError(str_cat(f.name(), ": a mixture-of-experts model (", f.get_int(a + "expert_count", 0),
+                                     " experts) is not supported (kiln runs dense models)"));
   c.n_layer = f.get_int(a + "block_count");
   c.n_embd = f.get_int(a + "embedding_length");
   c.n_ff = f.get_int(a + "feed_forward_length");

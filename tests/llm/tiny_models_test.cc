@@ -79,7 +79,8 @@ TEST_P(TinyModels, MatchLlamaCpp) {
   std::printf("%s: %d of %zu continuations identical\n", tm.name.c_str(), identical, cases.size());
 }
 
-// Files of the architectures' own parts gone wrong: typed errors naming what is wrong.
+// Files kiln cannot run right: typed errors naming what is wrong (a bad RoPE factor, a
+// mixture of experts, an unknown architecture).
 TEST(TinyModelFiles, BadFactorsAndUnknownArchitecturesAreNamed) {
   const auto load_bytes = [](const std::string& bytes) {
     const kiln::testing::TempDir dir("tiny_bad");
@@ -102,6 +103,20 @@ TEST(TinyModelFiles, BadFactorsAndUnknownArchitecturesAreNamed) {
     } catch (const DataLossError& e) {
       EXPECT_NE(std::string(e.what()).find("rope_freqs.weight"), std::string::npos) << e.what();
     }
+  }
+  // A mixture of experts (Mixtral's layout: a "llama" file with llama.expert_count): named
+  // before any tensor is looked for.
+  testing::GgufBuilder kv;
+  kv.kv_string("general.architecture", "llama");
+  kv.kv_u32("llama.expert_count", 8);
+  testing::GgufBuilder moe;
+  moe.header(0, kv.n_kv);
+  moe.bytes += kv.bytes;
+  try {
+    load_bytes(moe.bytes);
+    ADD_FAILURE() << "a mixture of experts was loaded";
+  } catch (const UnimplementedError& e) {
+    EXPECT_NE(std::string(e.what()).find("mixture-of-experts model (8 experts)"), std::string::npos) << e.what();
   }
   // An architecture kiln does not run (every "qwen3" of the file, its keys included, made
   // "qwen9"): named, with the ones it runs.
