@@ -19,6 +19,8 @@ tf_saved_model.py KILN_CLI
 Prints "tf saved_model interop ok"; any failure raises. Fails (never skips) without the venv's
 tensorflow and tensorflow-serving-api.
 """
+import contextlib
+import io
 import os
 import re
 import shutil
@@ -97,13 +99,29 @@ def tensor_infos(text, dtype_map=None):
     return out
 
 
+def saved_model_cli_show_all(d):
+    """What `saved_model_cli show --dir D --all` prints: its function run in this process
+    (TensorFlow is imported already; a saved_model_cli process per model spent ~7 s
+    importing it again), else the command where the function has moved."""
+    try:
+        from tensorflow.python.tools.saved_model_cli import _show_all
+    except ImportError:
+        _show_all = None
+    if _show_all is not None:
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            _show_all(d)
+        return text.getvalue()
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    r = subprocess.run([cli, "show", "--dir", d, "--all"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
 def check_show(root, name):
     """kiln show --all lists the signatures saved_model_cli show --all does (bar the init op)."""
     d = os.path.join(root, name, "1")
-    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-    tf_text = subprocess.run([cli, "show", "--dir", d, "--all"], capture_output=True, text=True, timeout=300)
-    assert tf_text.returncode == 0, tf_text.stderr
-    want = {t for t in tensor_infos(tf_text.stdout, TF_DTYPES) if t[0] != "__saved_model_init_op"}
+    want = {t for t in tensor_infos(saved_model_cli_show_all(d), TF_DTYPES) if t[0] != "__saved_model_init_op"}
     r = run("show", "--dir", d, "--all")
     assert r.returncode == 0, r.stderr
     got = tensor_infos(r.stdout)
