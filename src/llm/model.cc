@@ -296,7 +296,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
   if (f.find_tensor("rope_freqs.weight")) c.rope_freq_factors = vec(f, "rope_freqs.weight", c.n_rot / 2);
   for (float ff : c.rope_freq_factors)
     if (!(ff > 0) || !std::isfinite(ff)) throw DataLossError(f.name() + ": rope_freqs.weight holds a factor that is not a positive number");
-  c.qk_norm = f.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+  c.qk_norm = c.architecture == "qwen3";  // (its attn_q_norm / attn_k_norm tensors are required)
   m->tokenizer_ = Tokenizer::from_gguf(f);
   c.n_vocab = m->tokenizer_->vocab_size();
 
