@@ -79,6 +79,12 @@ void Engine::submit(CompletionRequest request) {
                                        request.prompt.size(), " in the prompt + ", request.max_tokens, " to generate = ", need));
   if (!request.cancelled) request.cancelled = std::make_shared<std::atomic<bool>>(false);
   auto seq = std::make_unique<Seq>(std::move(request), *model_);  // validates sampling and stop strings
+  if (seq->req.json_object || seq->req.json_schema) {
+    // Made here, on the caller's thread: the engine's steps never wait for the vocabulary
+    // (the first JSON request's ~50 ms for SmolLM2) or the constraint's buffers.
+    std::call_once(json_vocab_once_, [&] { json_vocab_ = std::make_shared<const JsonVocabulary>(model_->tokenizer()); });
+    seq->json.emplace(json_vocab_, seq->req.json_schema);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) throw UnavailableError("the engine is shutting down");
@@ -259,10 +265,6 @@ void Engine::step() {
     if (s.computed != static_cast<int64_t>(s.tokens.size())) continue;
     std::span<float> lg(logits_.data() + row * n_vocab, static_cast<size_t>(n_vocab));
     ++row;
-    if ((s.req.json_object || s.req.json_schema) && !s.json) {
-      if (!json_vocab_) json_vocab_ = std::make_shared<const JsonVocabulary>(model_->tokenizer());
-      s.json.emplace(json_vocab_, s.req.json_schema);
-    }
     if (s.json) s.json->mask(lg);
     const Sample sample = s.sampler.sample(lg, s.tokens);
     if (s.json) s.json->accept(sample.token);

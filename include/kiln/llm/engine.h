@@ -123,11 +123,13 @@ class Engine {
   std::condition_variable wake_;
   std::deque<std::unique_ptr<Seq>> incoming_;  // submitted, not yet seen by the engine (mu_)
   bool stopping_ = false;
+  // Made by the first submit() of a JSON request (json_vocab_once_), read-only after.
+  std::once_flag json_vocab_once_;
+  std::shared_ptr<const JsonVocabulary> json_vocab_;
   // Engine thread only.
   std::deque<std::unique_ptr<Seq>> waiting_;
   std::vector<std::unique_ptr<Seq>> running_;
   std::vector<float> logits_;
-  std::shared_ptr<const JsonVocabulary> json_vocab_;  // made at the first json_object request
   uint64_t admitted_ = 0;
   // Published for stats() (mu_).
   EngineStats stats_;
