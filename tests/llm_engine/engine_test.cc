@@ -14,6 +14,7 @@
 #include "kiln/core/device_config.h"
 #include "kiln/core/error.h"
 #include "kiln/llm/generate.h"
+#include "kiln/llm/json_constraint.h"
 #include "llm/llm_test_util.h"
 #include "test_util.h"
 
@@ -423,6 +424,39 @@ TEST(LlmEngine, ConcurrentSubmittersStatsAndCancellation) {
   EXPECT_LT(v.completion_tokens, 50);
   stop_polling = true;
   poller.join();
+}
+
+// JSON requests submitted from several threads at once: the first of them makes the
+// vocabulary (once, on a submitting thread), each gets its own constraint, and every
+// answer is what it asked for (ThreadSanitizer runs this too).
+TEST(LlmEngine, ConcurrentJsonRequestsEachFollowTheirSchema) {
+  const auto& m = smollm2();
+  Engine e(m, EngineOptions{});
+  const auto schema = JsonSchema::compile(
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": false})");
+  const int n = kiln::testing::kSanitized ? 2 : 4;
+  std::vector<std::future<Outcome>> got(static_cast<size_t>(n));
+  std::vector<std::thread> submitters;
+  for (int i = 0; i < n; ++i)
+    submitters.emplace_back([&, i] {
+      CompletionRequest r;
+      r.prompt = m->tokenizer().encode("<|im_start|>user\nDescribe a cat as JSON.<|im_end|>\n<|im_start|>assistant\n", true, true);
+      r.max_tokens = 48;
+      r.sampling.temperature = 0;
+      if (i % 2) r.json_schema = schema;
+      else r.json_object = true;
+      got[static_cast<size_t>(i)] = submit(e, std::move(r));
+    });
+  for (auto& t : submitters) t.join();
+  for (int i = 0; i < n; ++i) {
+    const Outcome o = got[static_cast<size_t>(i)].get();
+    JsonRecognizer r(i % 2 ? schema.get() : JsonSchema::any_object().get());
+    EXPECT_TRUE(r.feed(o.text)) << i << ": " << o.text;  // a valid prefix at least (cut by max_tokens)
+    if (o.finish_reason == "stop") {
+      EXPECT_TRUE(r.complete()) << i << ": " << o.text;
+    }
+  }
 }
 
 }  // namespace
