@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   std::FILE* logits_out = std::fopen(argv[4], "wb");
   for (const std::string& p : prompts) {
     llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = 2048;
+    cp.n_ctx = 2048;  // (make_llm_fixtures.py: ORACLE_CONTEXT)
     cp.n_batch = 2048;
     cp.n_threads = cp.n_threads_batch = 2;
     llama_context* ctx = llama_init_from_model(model, cp);

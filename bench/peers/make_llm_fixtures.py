@@ -30,6 +30,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.path.join(ROOT, "build", "peers", "llama.cpp", "build", "bin")
 OUT = os.path.join(ROOT, "tests", "fixtures", "llm")
 SEP = "\n__ggml_vocab_test__\n"
+ORACLE_CONTEXT = 2048  # llama_oracle.cpp's n_ctx (chooses Phi-3's LongRoPE factors)
 
 
 def smollm2():
@@ -127,8 +128,10 @@ def oracle(model):
 def numpy_forward(reader, ids):
     """The logits after `ids` in float64 NumPy from the gguf package's dequantised weights
     (llama, with Llama 3's rope_freqs.weight or not; qwen2: q/k/v biases and NeoX RoPE;
-    qwen3: per-head q/k RMS norms before NeoX RoPE; tied or separate head): the exact
-    reference both kiln and llama.cpp are measured against."""
+    qwen3: per-head q/k RMS norms before NeoX RoPE; phi3: fused qkv and gate+up, NeoX RoPE
+    over the first n_rot dimensions, LongRoPE factors chosen for llama_oracle's context of
+    2048 and the attention factor; tied or separate head): the exact reference both kiln
+    and llama.cpp are measured against."""
     import numpy as np
     import gguf
     tensors = {t.name: t for t in reader.tensors}
@@ -142,6 +145,8 @@ def numpy_forward(reader, ids):
     n_layer, d, n_head = int(field(a + "block_count")[0]), int(field(a + "embedding_length")[0]), int(field(a + "attention.head_count")[0])
     n_kv, base, eps = int(field(a + "attention.head_count_kv")[0]), float(field(a + "rope.freq_base")[0]), float(field(a + "attention.layer_norm_rms_epsilon")[0])
     hd = d // n_head
+    n_rot = int(field(a + "rope.dimension_count")[0])
+    attn_factor = float(field(a + "rope.scaling.attn_factor")[0]) if a + "rope.scaling.attn_factor" in reader.fields else 1.0
 
     def w(name):  # (every type, F32 included; rows x columns)
         t = tensors[name]
@@ -152,35 +157,51 @@ def numpy_forward(reader, ids):
     x = emb[ids]
     n = len(ids)
     rms = lambda v, g: v / np.sqrt((v * v).mean(-1, keepdims=True) + eps) * g
-    inv = base ** (-np.arange(0, hd, 2) / hd)
+    inv = base ** (-np.arange(0, n_rot, 2) / n_rot)
     if "rope_freqs.weight" in tensors:  # ggml's freq_factors: each pair's angle divided by its factor
         inv = inv / w("rope_freqs.weight")
+    elif "rope_factors_long.weight" in tensors:  # phi3: long past the original context (llama.cpp's choice)
+        orig = int(field(a + "rope.scaling.original_context_length")[0])
+        inv = inv / w("rope_factors_long.weight" if ORACLE_CONTEXT > orig else "rope_factors_short.weight")
     ang = np.arange(n)[:, None] * inv[None, :]
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    cos, sin = attn_factor * np.cos(ang)[:, None, :], attn_factor * np.sin(ang)[:, None, :]
 
-    def rope(v):  # llama: adjacent pairs; qwen2, qwen3 (NeoX): the two halves
-        out = np.empty_like(v)
-        if arch in ("qwen2", "qwen3"):
-            a_, b_ = v[..., :hd // 2], v[..., hd // 2:]
-            out[..., :hd // 2], out[..., hd // 2:] = a_ * cos - b_ * sin, a_ * sin + b_ * cos
+    def rope(v):  # llama: adjacent pairs; qwen2, qwen3, phi3 (NeoX): the two halves; of the first n_rot dims
+        out = v.copy()
+        if arch in ("qwen2", "qwen3", "phi3"):
+            a_, b_ = v[..., :n_rot // 2], v[..., n_rot // 2:n_rot]
+            out[..., :n_rot // 2], out[..., n_rot // 2:n_rot] = a_ * cos - b_ * sin, a_ * sin + b_ * cos
         else:
-            a_, b_ = v[..., 0::2], v[..., 1::2]
-            out[..., 0::2], out[..., 1::2] = a_ * cos - b_ * sin, a_ * sin + b_ * cos
+            a_, b_ = v[..., 0:n_rot:2], v[..., 1:n_rot:2]
+            out[..., 0:n_rot:2], out[..., 1:n_rot:2] = a_ * cos - b_ * sin, a_ * sin + b_ * cos
         return out
 
     def lin(h, name):
         y = h @ w(name + ".weight").T
         return y + w(name + ".bias") if name + ".bias" in tensors else y
 
+    def qkv(h, p):  # phi3's fused attn_qkv holds q's rows, then k's, then v's
+        if p + "attn_qkv.weight" not in tensors:
+            return lin(h, p + "attn_q"), lin(h, p + "attn_k"), lin(h, p + "attn_v")
+        y = lin(h, p + "attn_qkv")
+        qd = n_head * hd
+        return y[:, :qd], y[:, qd:qd + n_kv * hd], y[:, qd + n_kv * hd:]
+
+    def gate_up(h, p):  # phi3's ffn_up holds the gate's rows, then up's
+        if p + "ffn_gate.weight" in tensors:
+            return h @ w(p + "ffn_gate.weight").T, h @ w(p + "ffn_up.weight").T
+        y = h @ w(p + "ffn_up.weight").T
+        return y[:, :y.shape[1] // 2], y[:, y.shape[1] // 2:]
+
     mask = np.triu(np.full((n, n), -np.inf), 1)
     for l in range(n_layer):
         p = f"blk.{l}."
         h = rms(x, w(p + "attn_norm.weight"))
-        q, k = lin(h, p + "attn_q").reshape(n, n_head, hd), lin(h, p + "attn_k").reshape(n, n_kv, hd)
+        q, k, v = qkv(h, p)
+        q, k, v = q.reshape(n, n_head, hd), k.reshape(n, n_kv, hd), v.reshape(n, n_kv, hd)
         if p + "attn_q_norm.weight" in tensors:  # qwen3: each head normalised
             q, k = rms(q, w(p + "attn_q_norm.weight")), rms(k, w(p + "attn_k_norm.weight"))
         q, k = rope(q), rope(k)
-        v = lin(h, p + "attn_v").reshape(n, n_kv, hd)
         out = np.zeros((n, n_head, hd))
         for hh in range(n_head):
             kv = hh // (n_head // n_kv)
@@ -189,7 +210,7 @@ def numpy_forward(reader, ids):
             out[:, hh] = (pr / pr.sum(-1, keepdims=True)) @ v[:, kv]
         x = x + out.reshape(n, d) @ w(p + "attn_output.weight").T
         h = rms(x, w(p + "ffn_norm.weight"))
-        g, u = h @ w(p + "ffn_gate.weight").T, h @ w(p + "ffn_up.weight").T
+        g, u = gate_up(h, p)
         x = x + (g / (1 + np.exp(-g)) * u) @ w(p + "ffn_down.weight").T
     return rms(x[-1], w("output_norm.weight")) @ head.T
 

@@ -64,6 +64,14 @@ QMatrix matrix(const GgufFile& f, const std::string& name, int64_t cols, int64_t
   return QMatrix{t.type, t.data, rows, cols, ggml_row_bytes(t.type, cols)};
 }
 
+// Rows [r0, r0 + n) of m, in place (a fused matrix's parts).
+QMatrix row_range(const QMatrix& m, int64_t r0, int64_t n) {
+  QMatrix v = m;
+  v.data += static_cast<size_t>(r0) * m.row_bytes;
+  v.rows = n;
+  return v;
+}
+
 std::vector<float> vec(const GgufFile& f, const std::string& name, int64_t n) {
   return f.dequantize(expect_tensor(f, name, {n}));
 }
@@ -265,13 +273,14 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
   ModelConfig& c = m->config_;
   c.architecture = std::string(f.get_string("general.architecture"));
   c.name = std::string(f.get_string("general.name", ""));
-  if (c.architecture != "llama" && c.architecture != "mistral" && c.architecture != "qwen2" && c.architecture != "qwen3")
+  const bool phi3 = c.architecture == "phi3";
+  if (c.architecture != "llama" && c.architecture != "mistral" && c.architecture != "qwen2" && c.architecture != "qwen3" && !phi3)
     throw UnimplementedError(f.name() + ": architecture '" + c.architecture +
-                             "' is not supported (kiln runs llama, mistral, qwen2, qwen3)");
+                             "' is not supported (kiln runs llama, mistral, qwen2, qwen3, phi3)");
   const std::string a = c.architecture + ".";
   // Mixtral and its kin are "llama" files with experts: name that, not a missing tensor.
-  if (f.get_int(a + "expert_count", 0) > 0)
-    throw UnimplementedError(str_cat(f.name(), ": a mixture-of-experts model (", f.get_int(a + "expert_count", 0),
+  if (const int64_t experts = f.get_int(a + "expert_count", 0); experts > 0)
+    throw UnimplementedError(str_cat(f.name(), ": a mixture-of-experts model (", experts,
                                      " experts) is not supported (kiln runs dense models)"));
   c.n_layer = f.get_int(a + "block_count");
   c.n_embd = f.get_int(a + "embedding_length");
@@ -292,10 +301,23 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
   if (scaling == "linear") c.rope_freq_scale = static_cast<float>(1.0 / f.get_float(a + "rope.scaling.factor", 1.0));
   else if (scaling != "none")
     throw UnimplementedError(f.name() + ": rope scaling '" + scaling + "' is not supported (kiln runs none and linear)");
-  c.rope_neox = c.architecture == "qwen2" || c.architecture == "qwen3";
-  if (f.find_tensor("rope_freqs.weight")) c.rope_freq_factors = vec(f, "rope_freqs.weight", c.n_rot / 2);
+  c.rope_neox = c.architecture == "qwen2" || c.architecture == "qwen3" || phi3;
+  // Frequency factors: Llama 3's one set, or Phi-3's LongRoPE pair chosen by the context
+  // to be served (llama.cpp's choice: long over the original context, else short).
+  std::string factors;
+  if (f.find_tensor("rope_freqs.weight")) {
+    factors = "rope_freqs.weight";
+  } else if (f.find_tensor("rope_factors_long.weight") || f.find_tensor("rope_factors_short.weight")) {
+    const int64_t original = f.get_int(a + "rope.scaling.original_context_length", c.n_ctx_train);
+    const int64_t context = options.context_length > 0 ? std::min(options.context_length, c.n_ctx_train) : c.n_ctx_train;
+    factors = context > original ? "rope_factors_long.weight" : "rope_factors_short.weight";
+  }
+  if (!factors.empty()) c.rope_freq_factors = vec(f, factors, c.n_rot / 2);
   for (float ff : c.rope_freq_factors)
-    if (!(ff > 0) || !std::isfinite(ff)) throw DataLossError(f.name() + ": rope_freqs.weight holds a factor that is not a positive number");
+    if (!(ff > 0) || !std::isfinite(ff)) throw DataLossError(f.name() + ": " + factors + " holds a factor that is not a positive number");
+  c.rope_attn_factor = static_cast<float>(f.get_float(a + "rope.scaling.attn_factor", 1.0));
+  if (!(c.rope_attn_factor > 0) || !std::isfinite(c.rope_attn_factor))
+    throw DataLossError(str_cat(f.name(), ": ", a, "rope.scaling.attn_factor is ", c.rope_attn_factor, ", not a positive number"));
   c.qk_norm = c.architecture == "qwen3";  // (its attn_q_norm / attn_k_norm tensors are required)
   m->tokenizer_ = Tokenizer::from_gguf(f);
   c.n_vocab = m->tokenizer_->vocab_size();
@@ -312,12 +334,22 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
     Weights::Layer L;
     L.attn_norm = vec(f, p + "attn_norm.weight", c.n_embd);
     L.ffn_norm = vec(f, p + "ffn_norm.weight", c.n_embd);
-    L.wq = matrix(f, p + "attn_q.weight", c.n_embd, q_dim);
-    L.wk = matrix(f, p + "attn_k.weight", c.n_embd, kv_dim);
-    L.wv = matrix(f, p + "attn_v.weight", c.n_embd, kv_dim);
+    if (f.find_tensor(p + "attn_qkv.weight")) {  // fused (phi3): q, k and v rows, one after the other
+      const QMatrix qkv = matrix(f, p + "attn_qkv.weight", c.n_embd, q_dim + 2 * kv_dim);
+      L.wq = row_range(qkv, 0, q_dim), L.wk = row_range(qkv, q_dim, kv_dim), L.wv = row_range(qkv, q_dim + kv_dim, kv_dim);
+    } else {
+      L.wq = matrix(f, p + "attn_q.weight", c.n_embd, q_dim);
+      L.wk = matrix(f, p + "attn_k.weight", c.n_embd, kv_dim);
+      L.wv = matrix(f, p + "attn_v.weight", c.n_embd, kv_dim);
+    }
     L.wo = matrix(f, p + "attn_output.weight", q_dim, c.n_embd);
-    L.gate = matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
-    L.up = matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
+    if (phi3) {  // ffn_up holds the gate's rows, then the up projection's (ggml's swiglu halves)
+      const QMatrix gate_up = matrix(f, p + "ffn_up.weight", c.n_embd, 2 * c.n_ff);
+      L.gate = row_range(gate_up, 0, c.n_ff), L.up = row_range(gate_up, c.n_ff, c.n_ff);
+    } else {
+      L.gate = matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
+      L.up = matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
+    }
     L.down = matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
     if (c.qk_norm) {
       L.q_norm = vec(f, p + "attn_q_norm.weight", c.head_dim);

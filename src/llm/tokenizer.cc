@@ -3,6 +3,7 @@
 #include "kiln/llm/tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <queue>
 #include <unordered_map>
 
@@ -94,6 +95,9 @@ struct Tokenizer::Impl {
   std::unordered_map<uint64_t, Merge> merges;  // (left, right) -> rank, merged token
   std::unique_ptr<PreTokenizer> pretokenizer;
   std::vector<TokenId> specials;  // control / user-defined / unknown tokens, longest text first
+  // Specials that swallow the whitespace after them in encode() (Hugging Face's rstrip;
+  // llama.cpp's RSTRIP attribute, which it sets for Phi-3 files only); empty: none.
+  std::vector<bool> rstrip;
   std::optional<TokenId> bos, eos, unk;
   bool add_bos = false, add_eos = false, add_space_prefix = false, ignore_merges = false;
   std::vector<TokenId> eog;
@@ -361,6 +365,17 @@ std::shared_ptr<const Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
       t.specials.push_back(static_cast<TokenId>(i));
   std::stable_sort(t.specials.begin(), t.specials.end(),
                    [&](TokenId a, TokenId b) { return t.text[a].size() > t.text[b].size(); });
+  // Phi-3's added tokens are rstrip in its tokenizer.json, which GGUF does not carry:
+  // llama.cpp recognises the model by name and marks every special token but <unk>, <s>
+  // and <|endoftext|>, so "<|user|>\nHi<|end|>\n" reads as <|user|> Hi <|end|>.
+  std::string name(f.get_string("general.name", ""));
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) {
+    t.rstrip.assign(n, false);
+    for (TokenId id : t.specials) t.rstrip[static_cast<size_t>(id)] = true;
+    for (const char* keep : {"<unk>", "<s>", "<|endoftext|>"})
+      if (auto id = t.lookup(keep)) t.rstrip[static_cast<size_t>(*id)] = false;
+  }
   return std::shared_ptr<const Tokenizer>(new Tokenizer(std::move(impl)));
 }
 
@@ -417,13 +432,19 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special, 
 
   std::vector<TokenId> out;
   if (add_special && t.add_bos) out.push_back(*t.bos);
-  bool after_special = true;
+  bool after_special = true, strip = false;
   for (const Fragment& f : frags) {
     if (f.token >= 0) {
       out.push_back(f.token);
       after_special = true;
+      strip = !t.rstrip.empty() && t.rstrip[static_cast<size_t>(f.token)];
     } else {
-      t.encode_text(f.text, after_special, out);
+      std::string_view raw = f.text;
+      if (strip)
+        while (!raw.empty() && std::isspace(static_cast<unsigned char>(raw.front()))) raw.remove_prefix(1);
+      strip = false;
+      if (raw.empty()) continue;
+      t.encode_text(raw, after_special, out);
       after_special = false;
     }
   }

@@ -587,6 +587,7 @@ std::shared_ptr<LlmService::Entry> LlmService::load(const LlmModelSpec& spec) co
     llm::ModelLoadOptions o;
     o.device = spec.device;
     o.dtype = spec.dtype;
+    o.context_length = spec.engine.context_length;
     e->model = llm::Model::load(spec.path, o);
   } catch (const Error& err) {
     throw_error(err.code(), "language model '" + spec.name + "' (" + spec.path + "): " + err.message());

@@ -1,5 +1,6 @@
 #include "llm_cmds.h"
 
+#include <algorithm>
 #include <chrono>
 #include <unistd.h>
 
@@ -30,8 +31,11 @@ void add_device_options(CLI::App* c, LlmDeviceArgs& a) {
   c->add_option("--dtype", a.dtype, "Weights on --device: f32, f16 or bf16")->check(CLI::IsMember({"f32", "f16", "bf16"}));
 }
 
-std::shared_ptr<const llm::Model> load_model(const std::string& path, const LlmDeviceArgs& a) {
+// context: the positions the command will use (0: the model's own), for the models whose
+// weights depend on it (Phi-3's RoPE factors).
+std::shared_ptr<const llm::Model> load_model(const std::string& path, const LlmDeviceArgs& a, int64_t context = 0) {
   llm::ModelLoadOptions o;
+  o.context_length = context;
   if (!a.device.empty()) {
     o.device = parse_device(a.device);
     o.dtype = dtype_from_name(a.dtype);
@@ -221,7 +225,7 @@ int run_chat(const ChatArgs& a) {
   if (!a.gen.server.empty()) return run_chat_on_server(a);
   if (a.gen.model.empty()) throw InvalidArgumentError("give --model (a GGUF file) or --server");
   if (a.gen.threads > 0) set_num_threads(a.gen.threads);
-  auto model = load_model(a.gen.model, a.gen.where);
+  auto model = load_model(a.gen.model, a.gen.where, a.context);
   const llm::Tokenizer& tok = model->tokenizer();
   const std::string_view source = model->file().get_string("tokenizer.chat_template", "");
   const bool interactive = isatty(0) && isatty(1);
@@ -295,7 +299,7 @@ CLI::App* add_perplexity_command(CLI::App& app, PerplexityArgs& a) {
 
 int run_perplexity(const PerplexityArgs& a) {
   if (a.threads > 0) set_num_threads(a.threads);
-  auto model = load_model(a.model, a.where);
+  auto model = load_model(a.model, a.where, a.context);
   const llm::PerplexityResult r = llm::perplexity(*model, read_file(a.file), a.context, a.chunks);
   for (size_t i = 0; i < r.running.size(); ++i) std::printf("[%zu]%.4f,", i + 1, r.running[i]);
   std::printf("\nFinal estimate: PPL = %.4f +/- %.5f (%lld chunks of %lld, %lld tokens scored of %lld, %.1f s, %.0f tokens/s)\n",
@@ -318,6 +322,11 @@ int run_show_gguf(const std::string& path) {
               c.rope_freq_scale != 1.0f ? (" scale " + std::to_string(c.rope_freq_scale)).c_str() : "");
   std::printf("  context %lld, rms eps %g, vocabulary %lld, output head %s%s\n", (long long)c.n_ctx_train, c.rms_eps,
               (long long)c.n_vocab, c.tied_output ? "tied to the embedding" : "separate", c.qkv_bias ? ", q/k/v biases" : "");
+  if (!c.rope_freq_factors.empty()) {
+    const auto [lo, hi] = std::minmax_element(c.rope_freq_factors.begin(), c.rope_freq_factors.end());
+    std::printf("  rope frequency factors: %zu, %g to %g\n", c.rope_freq_factors.size(), *lo, *hi);
+  }
+  if (c.rope_attn_factor != 1.0f) std::printf("  rope attention factor %g\n", c.rope_attn_factor);
   std::map<std::string, std::pair<int, size_t>> types;
   int64_t params = 0;
   for (const llm::GgufTensor& t : f.tensors()) {

@@ -7,11 +7,15 @@
 // and 2 key/value heads of 64 (grouped-query attention), a SwiGLU MLP of 512, and every
 // matrix, the token embedding included, in the model's type; the architectures (llama,
 // qwen2 with its q/k/v biases and NeoX RoPE, qwen3 with its per-head q/k norms and NeoX
-// RoPE, llama with Llama 3's rope_freqs.weight: "llama3"), tokenizer kinds
+// RoPE, llama with Llama 3's rope_freqs.weight: "llama3", phi3 with its fused attn_qkv and
+// gate+up, NeoX RoPE over half of each head, LongRoPE factors and attention factor),
+// tokenizer kinds
 // (SentencePiece-style BPE with byte fallback, and byte-level BPE) and tied or separate
 // output heads alternate over the types. Quantised blocks are random bytes with small random scales, as the
 // kernels' tests make them.
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cstdint>
 #include <cstdio>
@@ -35,10 +39,13 @@ namespace kiln::llm::testing {
 struct TinyModel {
   std::string name;  // "q4_K-llama-spm": the fixture files' stem
   GgmlType type;
-  std::string arch;  // "llama", "qwen2" or "qwen3"
+  std::string arch;  // "llama", "qwen2", "qwen3" or "phi3"
   bool bpe;          // byte-level BPE ("gpt2"); else SentencePiece-style ("llama")
   bool tied;         // no output.weight: the head is the token embedding
   bool rope_freqs = false;  // llama with Llama 3's frequency factors (rope_freqs.weight)
+  // phi3: an original context of 64 positions, below the trained 256 (and llama.cpp's
+  // 2048), so the long factors apply; else 4096, above both: the short ones.
+  bool long_rope = false;
 };
 
 inline std::vector<TinyModel> tiny_models() {
@@ -47,7 +54,7 @@ inline std::vector<TinyModel> tiny_models() {
     const char* type_name;
     const char* arch;
     bool bpe, tied;
-    bool rope_freqs = false;
+    bool rope_freqs = false, long_rope = false;
   };
   const Row rows[] = {
       {GgmlType::kF32, "f32", "llama", false, false},   {GgmlType::kF16, "f16", "qwen2", true, true},
@@ -58,11 +65,12 @@ inline std::vector<TinyModel> tiny_models() {
       {GgmlType::kQ6_K, "q6_K", "qwen2", false, false},
       {GgmlType::kF32, "f32", "qwen3", true, false},    {GgmlType::kQ8_0, "q8_0", "qwen3", false, true},
       {GgmlType::kF16, "f16", "llama", false, false, true}, {GgmlType::kQ4_K, "q4_K", "llama", true, true, true},
+      {GgmlType::kQ4_0, "q4_0", "phi3", false, false, false, true}, {GgmlType::kQ8_0, "q8_0", "phi3", true, true},
   };
   std::vector<TinyModel> out;
   for (const Row& r : rows)
     out.push_back({std::string(r.type_name) + "-" + (r.rope_freqs ? "llama3" : r.arch) + (r.bpe ? "-bpe" : "-spm"), r.type, r.arch,
-                   r.bpe, r.tied, r.rope_freqs});
+                   r.bpe, r.tied, r.rope_freqs, r.long_rope});
   return out;
 }
 
@@ -239,8 +247,14 @@ inline std::string f32_vector(int64_t n, float lo, float hi, Rng& rng) {
 // The GGUF file's bytes (version 3, alignment 32).
 inline std::string tiny_model_gguf(const TinyModel& m) {
   using namespace tiny_detail;
-  const Vocab v = m.bpe ? bpe_vocab() : spm_vocab();
+  Vocab v = m.bpe ? bpe_vocab() : spm_vocab();
+  if (m.arch == "phi3")  // Phi-3's chat tokens, and those llama.cpp looks up in a file named phi3
+    for (const char* s : {"<unk>", "<s>", "</s>", "<|endoftext|>", "<|user|>", "<|assistant|>", "<|end|>"})
+      if (std::find(v.tokens.begin(), v.tokens.end(), s) == v.tokens.end())
+        v.tokens.push_back(s), v.scores.push_back(0), v.types.push_back(3);
   const int64_t n_vocab = static_cast<int64_t>(v.tokens.size()), kv_dim = kHeadKv * kHeadDim;
+  const bool phi3 = m.arch == "phi3";
+  const int64_t n_rot = phi3 ? kHeadDim / 2 : kHeadDim;
   Rng rng{0x6b696c6e + static_cast<uint64_t>(m.type) * 1000003u};
   std::vector<Tensor> ts;
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
@@ -254,9 +268,13 @@ inline std::string tiny_model_gguf(const TinyModel& m) {
   for (int64_t l = 0; l < kLayers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     vec(p + "attn_norm.weight", kEmbd, 0.8f, 1.2f);
-    matrix(p + "attn_q.weight", kHead * kHeadDim, kEmbd);
-    matrix(p + "attn_k.weight", kv_dim, kEmbd);
-    matrix(p + "attn_v.weight", kv_dim, kEmbd);
+    if (phi3) {
+      matrix(p + "attn_qkv.weight", kHead * kHeadDim + 2 * kv_dim, kEmbd);
+    } else {
+      matrix(p + "attn_q.weight", kHead * kHeadDim, kEmbd);
+      matrix(p + "attn_k.weight", kv_dim, kEmbd);
+      matrix(p + "attn_v.weight", kv_dim, kEmbd);
+    }
     if (m.arch == "qwen2") {
       vec(p + "attn_q.bias", kHead * kHeadDim, -0.2f, 0.2f);
       vec(p + "attn_k.bias", kv_dim, -0.2f, 0.2f);
@@ -268,8 +286,12 @@ inline std::string tiny_model_gguf(const TinyModel& m) {
     }
     matrix(p + "attn_output.weight", kEmbd, kHead * kHeadDim);
     vec(p + "ffn_norm.weight", kEmbd, 0.8f, 1.2f);
-    matrix(p + "ffn_gate.weight", kFf, kEmbd);
-    matrix(p + "ffn_up.weight", kFf, kEmbd);
+    if (phi3) {
+      matrix(p + "ffn_up.weight", 2 * kFf, kEmbd);  // the gate's rows, then up's
+    } else {
+      matrix(p + "ffn_gate.weight", kFf, kEmbd);
+      matrix(p + "ffn_up.weight", kFf, kEmbd);
+    }
     matrix(p + "ffn_down.weight", kEmbd, kFf);
   }
   vec("output_norm.weight", kEmbd, 0.8f, 1.2f);
@@ -277,6 +299,12 @@ inline std::string tiny_model_gguf(const TinyModel& m) {
   // Llama 3's factors: 1 for the fast-turning pairs, up to 8 for the slow ones (random
   // here, so that every pair's factor counts).
   if (m.rope_freqs) vec("rope_freqs.weight", kHeadDim / 2, 1.0f, 8.0f);
+  // Phi-3's LongRoPE (over n_rot = 32 of the 64 dimensions): both sets, as its converter
+  // writes them; long factors grow to ~40 for the slow pairs, short ones stay near 1.
+  if (phi3) {
+    vec("rope_factors_long.weight", n_rot / 2, 1.0f, 40.0f);
+    vec("rope_factors_short.weight", n_rot / 2, 0.9f, 1.6f);
+  }
 
   GgufBuilder kv;  // the metadata, counted
   const std::string a = m.arch + ".";
@@ -288,7 +316,12 @@ inline std::string tiny_model_gguf(const TinyModel& m) {
   kv.kv_u32(a + "feed_forward_length", kFf);
   kv.kv_u32(a + "attention.head_count", kHead);
   kv.kv_u32(a + "attention.head_count_kv", kHeadKv);
-  kv.kv_u32(a + "rope.dimension_count", kHeadDim);
+  kv.kv_u32(a + "rope.dimension_count", static_cast<uint32_t>(n_rot));
+  if (phi3) {
+    kv.kv_u32(a + "rope.scaling.original_context_length", m.long_rope ? 64 : 4096);
+    kv.kv_f32(a + "rope.scaling.attn_factor", 1.19f);
+    kv.kv_u32(a + "attention.sliding_window", 48);  // (not applied, as in llama.cpp)
+  }
   kv.kv_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
   kv.kv_f32(a + "rope.freq_base", m.arch == "llama" ? 10000.0f : 1000000.0f);
   kv.kv_u32("general.alignment", 32);

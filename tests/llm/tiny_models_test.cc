@@ -1,6 +1,6 @@
 // Tiny random-weight models of every GGUF tensor type (tests/llm/tiny_model.h: F32, F16,
 // BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; llama, llama with Llama 3's rope
-// frequency factors, qwen2, qwen3; SentencePiece and
+// frequency factors, qwen2, qwen3, phi3; SentencePiece and
 // byte-level BPE tokenizers; tied and separate heads) against llama.cpp on the same
 // files (fixtures from `bench/peers/make_llm_fixtures.py tiny`): the prompts' token ids
 // exactly; the first-step logits against llama.cpp's and against a float64 NumPy forward
@@ -18,6 +18,7 @@
 #include <limits>
 
 #include "kiln/core/npy.h"
+#include "kiln/llm/gguf.h"
 #include "kiln/llm/model.h"
 #include "llm/llm_test_util.h"
 #include "llm/tiny_model.h"
@@ -129,6 +130,72 @@ TEST(TinyModelFiles, BadFactorsAndUnknownArchitecturesAreNamed) {
     EXPECT_NE(std::string(e.what()).find("architecture 'qwen9' is not supported"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("qwen3"), std::string::npos) << e.what();
   }
+}
+
+// Phi-3: the context to be served picks the LongRoPE factors (long past the original
+// context of 64 positions, capped at the trained 256), the attention factor is read and
+// checked, and its special tokens swallow the whitespace after them as in llama.cpp (the
+// ids below are llama-tokenize's on the same files: `build/default/tests/kiln_tiny_gguf
+// DIR; llama-tokenize -m DIR/q4_0-phi3-spm.gguf -p "$TEXT" --ids`).
+TEST(TinyModelFiles, Phi3PicksItsRopeFactorsByContextAndStripsAfterItsTokens) {
+  const auto load_bytes = [](const std::string& bytes, int64_t context = 0) {
+    const kiln::testing::TempDir dir("tiny_phi3");
+    const std::string path = dir.path() + "/m.gguf";
+    std::ofstream(path, std::ios::binary) << bytes;
+    ModelLoadOptions o;
+    o.context_length = context;
+    return Model::load(path, o);
+  };
+  const std::vector<testing::TinyModel> all = testing::tiny_models();
+  const auto find = [&](const std::string& name) {
+    return *std::find_if(all.begin(), all.end(), [&](const testing::TinyModel& m) { return m.name == name; });
+  };
+  const std::string long_bytes = testing::tiny_model_gguf(find("q4_0-phi3-spm"));  // original context 64
+  const auto factors = [](const Model& m, const char* name) { return m.file().dequantize(*m.file().find_tensor(name)); };
+  for (const int64_t context : {int64_t{0}, int64_t{65}, int64_t{256}, int64_t{100000}}) {
+    const auto m = load_bytes(long_bytes, context);
+    EXPECT_EQ(m->config().rope_freq_factors, factors(*m, "rope_factors_long.weight")) << context;
+    EXPECT_EQ(m->config().rope_freq_factors.size(), 16u);  // n_rot 32 of the 64 dimensions
+    EXPECT_FLOAT_EQ(m->config().rope_attn_factor, 1.19f);
+  }
+  for (const int64_t context : {int64_t{16}, int64_t{64}}) {
+    const auto m = load_bytes(long_bytes, context);
+    EXPECT_EQ(m->config().rope_freq_factors, factors(*m, "rope_factors_short.weight")) << context;
+    EXPECT_NE(factors(*m, "rope_factors_short.weight"), factors(*m, "rope_factors_long.weight"));
+  }
+  const auto short_model = load_bytes(testing::tiny_model_gguf(find("q8_0-phi3-bpe")));  // original context 4096
+  EXPECT_EQ(short_model->config().rope_freq_factors, factors(*short_model, "rope_factors_short.weight"));
+
+  // A bad attention factor: named. (The f32 value follows its key and a 4-byte type.)
+  const std::string key = "phi3.rope.scaling.attn_factor";
+  for (const float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity()}) {
+    std::string bytes = long_bytes;
+    const size_t at = bytes.find(key);
+    ASSERT_NE(at, std::string::npos);
+    std::memcpy(bytes.data() + at + key.size() + 4, &bad, 4);
+    try {
+      load_bytes(bytes);
+      ADD_FAILURE() << "an attention factor of " << bad << " was taken";
+    } catch (const DataLossError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+
+  const std::string text = "<|user|>\n the cat<|end|>\n<|assistant|>\n  hat</s> \n<s>  x";
+  const auto m = load_bytes(long_bytes);
+  EXPECT_EQ(m->tokenizer().encode(text, true, true), (std::vector<TokenId>{1, 337, 303, 309, 339, 338, 311, 2, 1, 259, 259, 259, 283}));
+  EXPECT_EQ(short_model->tokenizer().encode(text, true, true),
+            (std::vector<TokenId>{295, 116, 257, 264, 297, 296, 104, 262, 294, 293, 32, 32, 120}));
+  // Only Phi-3 files (by general.name, as llama.cpp tells them): renamed, the whitespace stays.
+  std::string renamed = long_bytes;
+  const size_t name_at = renamed.find("kiln tiny q4_0-phi3-spm");
+  ASSERT_NE(name_at, std::string::npos);
+  renamed[name_at + std::string("kiln tiny q4_0-phi").size()] = 'X';
+  const std::vector<TokenId> kept = load_bytes(renamed)->tokenizer().encode(text, true, true);
+  EXPECT_GT(kept.size(), 13u);
+  const std::string back = load_bytes(renamed)->tokenizer().decode(kept, true);
+  EXPECT_NE(back.find("\n the cat"), std::string::npos) << back;
+  EXPECT_NE(back.find("\n  hat"), std::string::npos) << back;
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryTensorType, TinyModels, ::testing::ValuesIn(testing::tiny_models()),

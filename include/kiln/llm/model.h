@@ -1,10 +1,13 @@
 #pragma once
-// Decoder-only transformers of the llama family (llama, mistral, qwen2, qwen3) from GGUF:
-// token embedding, RMSNorm, rotary position embedding (GGUF's normal or neox pairing;
-// Llama 3's per-pair frequency factors, rope_freqs.weight, when the file has them; qwen3's
-// per-head RMSNorm of q and k before it),
+// Decoder-only transformers of the llama family (llama, mistral, qwen2, qwen3, phi3) from
+// GGUF: token embedding, RMSNorm, rotary position embedding (GGUF's normal or neox pairing,
+// over all or the first n_rot dimensions of a head; Llama 3's per-pair frequency factors,
+// rope_freqs.weight, when the file has them; Phi-3's LongRoPE: short or long factors by the
+// context size, and its attention factor; qwen3's per-head RMSNorm of q and k before it),
 // grouped-query attention over the paged KV cache, SwiGLU MLP, tied or separate output
-// head. Every hyperparameter is read from the file's metadata. Weights stay quantised:
+// head. Phi-3's fused attn_qkv and gate+up (ffn_up of 2 x n_ff rows) are read as views of
+// their row ranges; its sliding window (phi3.attention.sliding_window) is not applied, as
+// llama.cpp does not (full attention over the context). Every hyperparameter is read from the file's metadata. Weights stay quantised:
 // the matrices of the types the group kernels take (q4_0 ... q8_0, q4_K, q5_K, q6_K) are
 // repacked at load into their interleaved layout (src/llm/quant_kernels.h; the same
 // bytes or fewer for 4- and 8-bit types, up to 1.8x for 5- and 6-bit ones) and the
@@ -50,9 +53,13 @@ struct ModelConfig {
   float rope_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // positions are multiplied by this (linear scaling)
   bool rope_neox = false;        // rotate (i, i + n_rot/2) instead of (2i, 2i+1)
-  // Per rotary pair, the angle is divided by this (Llama 3's rope_freqs.weight, n_rot / 2
-  // values, as ggml's freq_factors); empty: none.
+  // Per rotary pair, the angle is divided by this (Llama 3's rope_freqs.weight, or Phi-3's
+  // rope_factors_short / rope_factors_long as ModelLoadOptions::context_length selects:
+  // n_rot / 2 values, as ggml's freq_factors); empty: none.
   std::vector<float> rope_freq_factors;
+  // cos and sin of every angle are multiplied by this (ggml's attn_factor; Phi-3's
+  // rope.scaling.attn_factor, which scales q.k by its square).
+  float rope_attn_factor = 1.0f;
   bool tied_output = false;      // the output head is the token embedding
   bool qkv_bias = false;
   bool qk_norm = false;          // qwen3: each head of q and k RMS-normalised (weights of head_dim) before RoPE
@@ -79,6 +86,11 @@ struct ModelLoadOptions {
   // not fit in the device's memory.
   std::optional<Device> device;
   DType dtype = DType::kBF16;
+  // The longest context the model will run (0: the one it was trained for; larger is
+  // capped to it). Chooses Phi-3's long RoPE factors when over the file's
+  // rope.scaling.original_context_length, else the short ones, as llama.cpp does with its
+  // context size; no other model reads it. Pass the serving engine's context length.
+  int64_t context_length = 0;
 };
 
 class Model {
