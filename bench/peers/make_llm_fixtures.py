@@ -130,8 +130,9 @@ def numpy_forward(reader, ids):
     (llama, with Llama 3's rope_freqs.weight or not; qwen2: q/k/v biases and NeoX RoPE;
     qwen3: per-head q/k RMS norms before NeoX RoPE; phi3: fused qkv and gate+up, NeoX RoPE
     over the first n_rot dimensions, LongRoPE factors chosen for llama_oracle's context of
-    2048 and the attention factor; tied or separate head): the exact reference both kiln
-    and llama.cpp are measured against."""
+    2048 and the attention factor; gemma3: scaled embeddings, q/k norms, post-norms, GeGLU
+    (tanh GELU), sliding-window layers with RoPE base 10000, a final logit cap; tied or
+    separate head): the exact reference both kiln and llama.cpp are measured against."""
     import numpy as np
     import gguf
     tensors = {t.name: t for t in reader.tensors}
@@ -147,6 +148,18 @@ def numpy_forward(reader, ids):
     hd = d // n_head
     n_rot = int(field(a + "rope.dimension_count")[0])
     attn_factor = float(field(a + "rope.scaling.attn_factor")[0]) if a + "rope.scaling.attn_factor" in reader.fields else 1.0
+    gemma3 = arch == "gemma3"
+    window = int(field(a + "attention.sliding_window")[0]) if gemma3 and a + "attention.sliding_window" in reader.fields else 0
+    swa = [False] * n_layer
+    if window:
+        key = a + "attention.sliding_window_pattern"
+        f = reader.fields.get(key)
+        if f is not None and len(f.data) > 1:  # a flag per layer
+            swa = [bool(f.parts[i][0]) for i in f.data]
+        else:
+            n_pat = int(field(key)[0]) if f is not None else 6
+            swa = [n_pat == 0 or l % n_pat < n_pat - 1 for l in range(n_layer)]
+    softcap = float(field(a + "final_logit_softcapping")[0]) if a + "final_logit_softcapping" in reader.fields else 0.0
 
     def w(name):  # (every type, F32 included; rows x columns)
         t = tensors[name]
@@ -157,6 +170,9 @@ def numpy_forward(reader, ids):
     x = emb[ids]
     n = len(ids)
     rms = lambda v, g: v / np.sqrt((v * v).mean(-1, keepdims=True) + eps) * g
+    def angles(base):
+        return np.arange(n)[:, None] * (base ** (-np.arange(0, n_rot, 2) / n_rot))[None, :]
+
     inv = base ** (-np.arange(0, n_rot, 2) / n_rot)
     if "rope_freqs.weight" in tensors:  # ggml's freq_factors: each pair's angle divided by its factor
         inv = inv / w("rope_freqs.weight")
@@ -164,11 +180,14 @@ def numpy_forward(reader, ids):
         orig = int(field(a + "rope.scaling.original_context_length")[0])
         inv = inv / w("rope_factors_long.weight" if ORACLE_CONTEXT > orig else "rope_factors_short.weight")
     ang = np.arange(n)[:, None] * inv[None, :]
-    cos, sin = attn_factor * np.cos(ang)[:, None, :], attn_factor * np.sin(ang)[:, None, :]
+    trig = {False: (attn_factor * np.cos(ang)[:, None, :], attn_factor * np.sin(ang)[:, None, :])}
+    if window:  # the sliding-window layers' own base, no factors
+        trig[True] = (attn_factor * np.cos(angles(10000.0))[:, None, :], attn_factor * np.sin(angles(10000.0))[:, None, :])
 
-    def rope(v):  # llama: adjacent pairs; qwen2, qwen3, phi3 (NeoX): the two halves; of the first n_rot dims
+    def rope(v, local=False):  # llama: adjacent pairs; qwen2, qwen3, phi3, gemma3 (NeoX): the two halves; of the first n_rot dims
+        cos, sin = trig[local]
         out = v.copy()
-        if arch in ("qwen2", "qwen3", "phi3"):
+        if arch in ("qwen2", "qwen3", "phi3", "gemma3"):
             a_, b_ = v[..., :n_rot // 2], v[..., n_rot // 2:n_rot]
             out[..., :n_rot // 2], out[..., n_rot // 2:n_rot] = a_ * cos - b_ * sin, a_ * sin + b_ * cos
         else:
@@ -193,26 +212,37 @@ def numpy_forward(reader, ids):
         y = h @ w(p + "ffn_up.weight").T
         return y[:, :y.shape[1] // 2], y[:, y.shape[1] // 2:]
 
-    mask = np.triu(np.full((n, n), -np.inf), 1)
+    if gemma3:
+        x = x * np.sqrt(d)
+    causal = np.triu(np.full((n, n), -np.inf), 1)
+    local_mask = causal + np.tril(np.full((n, n), -np.inf), -window) if window else causal
     for l in range(n_layer):
         p = f"blk.{l}."
+        mask = local_mask if swa[l] else causal
         h = rms(x, w(p + "attn_norm.weight"))
         q, k, v = qkv(h, p)
         q, k, v = q.reshape(n, n_head, hd), k.reshape(n, n_kv, hd), v.reshape(n, n_kv, hd)
         if p + "attn_q_norm.weight" in tensors:  # qwen3: each head normalised
             q, k = rms(q, w(p + "attn_q_norm.weight")), rms(k, w(p + "attn_k_norm.weight"))
-        q, k = rope(q), rope(k)
+        q, k = rope(q, swa[l]), rope(k, swa[l])
         out = np.zeros((n, n_head, hd))
         for hh in range(n_head):
             kv = hh // (n_head // n_kv)
             sc = q[:, hh] @ k[:, kv].T / np.sqrt(hd) + mask
             pr = np.exp(sc - sc.max(-1, keepdims=True))
             out[:, hh] = (pr / pr.sum(-1, keepdims=True)) @ v[:, kv]
-        x = x + out.reshape(n, d) @ w(p + "attn_output.weight").T
+        o = out.reshape(n, n_head * hd) @ w(p + "attn_output.weight").T
+        x = x + (rms(o, w(p + "post_attention_norm.weight")) if gemma3 else o)
         h = rms(x, w(p + "ffn_norm.weight"))
         g, u = gate_up(h, p)
-        x = x + (g / (1 + np.exp(-g)) * u) @ w(p + "ffn_down.weight").T
-    return rms(x[-1], w("output_norm.weight")) @ head.T
+        if gemma3:  # GELU, tanh form
+            act = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
+        else:
+            act = g / (1 + np.exp(-g))
+        f = (act * u) @ w(p + "ffn_down.weight").T
+        x = x + (rms(f, w(p + "post_ffw_norm.weight")) if gemma3 else f)
+    logits = rms(x[-1], w("output_norm.weight")) @ head.T
+    return softcap * np.tanh(logits / softcap) if softcap else logits
 
 
 def reference(model):

@@ -30,7 +30,7 @@ using kernels::QMatrix;
 
 struct Model::Weights {
   struct Layer {
-    std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
+    std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm, attn_post_norm, ffn_post_norm;
     QMatrix wq, wk, wv, wo, gate, up, down;
   };
   QMatrix embedding, output;
@@ -96,6 +96,16 @@ void for_tokens(int64_t T, int64_t grain, const F& fn) {
 void swiglu(float* g, const float* u, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+// g = gelu(g) * u over n values, GELU's tanh form (ggml's gelu; Gemma's GeGLU).
+void geglu(float* g, const float* u, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = g[i];
+    g[i] = 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * x * (1.0f + 0.044715f * x * x))) * u[i];
+  }
 }
 
 // Activations of n tokens, quantised once for every matrix that reads them.
@@ -178,7 +188,8 @@ void attention(const ModelConfig& c, std::span<const BatchToken> batch, const fl
                int64_t l) {
   const int64_t T = static_cast<int64_t>(batch.size()), hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.kv_dim();
   const int64_t group = c.n_head / c.n_head_kv, bs = cache.block_tokens();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = c.attn_scale;
+  const int64_t window = c.is_swa(l) ? c.swa_window : 0;  // a query sees positions [pos + 1 - window, pos]
   constexpr int64_t kTileTokens = 8;
   struct Tile {
     int64_t t0, m;  // batch tokens [t0, t0 + m): one sequence, consecutive positions
@@ -233,7 +244,9 @@ void attention(const ModelConfig& c, std::span<const BatchToken> batch, const fl
         std::fill(att + at, att + at + hd, 0.0f);
       }
       auto row_n = [&](int64_t r) { return batch[tile.t0 + r / group].pos + 1; };
-      for (int64_t b = 0; b < n_blocks; ++b) {
+      auto row_lo = [&](int64_t r) { return window > 0 ? std::max<int64_t>(0, row_n(r) - window) : 0; };
+      const int64_t b_lo = row_lo(0) / bs;  // blocks before it are out of every row's window
+      for (int64_t b = b_lo; b < n_blocks; ++b) {
         const half* kt = cache.block_keys(blocks[static_cast<size_t>(b)], l) + kvh * hd * bs;
         kernels::attn_scores(qrows.data(), rows, kt, bs, std::min(bs, n_max - b * bs), hd, scale,
                              scores.data() + b * lanes, stride);
@@ -241,14 +254,15 @@ void attention(const ModelConfig& c, std::span<const BatchToken> batch, const fl
       for (int64_t r = 0; r < rows; ++r) {
         // The row's scores packed to consecutive positions (blocks of bs < lanes leave gaps).
         float* sr = scores.data() + r * stride;
-        const int64_t n = row_n(r);
+        const int64_t n = row_n(r), lo = row_lo(r);
         if (lanes != bs)
-          for (int64_t p = bs; p < n; ++p) sr[p] = sr[p / bs * lanes + p % bs];
-        const float mx = *std::max_element(sr, sr + n);
-        const float inv = 1.0f / exp_shifted(sr, n, mx);
-        for (int64_t p = 0; p < n; ++p) sr[p] *= inv;
+          for (int64_t p = std::max(bs, lo); p < n; ++p) sr[p] = sr[p / bs * lanes + p % bs];
+        const float mx = *std::max_element(sr + lo, sr + n);
+        const float inv = 1.0f / exp_shifted(sr + lo, n - lo, mx);
+        std::fill(sr + b_lo * bs, sr + lo, 0.0f);  // (the value sums read from block b_lo on)
+        for (int64_t p = lo; p < n; ++p) sr[p] *= inv;
       }
-      for (int64_t b = 0; b < n_blocks; ++b) {
+      for (int64_t b = b_lo; b < n_blocks; ++b) {
         const int64_t p0 = b * bs, m = std::min(bs, n_max - p0);
         const half* vb = cache.block_values(blocks[static_cast<size_t>(b)], l) + kvh * hd;
         // The rows of one token see the same positions: one call per token.
@@ -273,10 +287,11 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
   ModelConfig& c = m->config_;
   c.architecture = std::string(f.get_string("general.architecture"));
   c.name = std::string(f.get_string("general.name", ""));
-  const bool phi3 = c.architecture == "phi3";
-  if (c.architecture != "llama" && c.architecture != "mistral" && c.architecture != "qwen2" && c.architecture != "qwen3" && !phi3)
+  const bool phi3 = c.architecture == "phi3", gemma3 = c.architecture == "gemma3";
+  if (c.architecture != "llama" && c.architecture != "mistral" && c.architecture != "qwen2" && c.architecture != "qwen3" && !phi3 &&
+      !gemma3)
     throw UnimplementedError(f.name() + ": architecture '" + c.architecture +
-                             "' is not supported (kiln runs llama, mistral, qwen2, qwen3, phi3)");
+                             "' is not supported (kiln runs llama, mistral, qwen2, qwen3, phi3, gemma3)");
   const std::string a = c.architecture + ".";
   // Mixtral and its kin are "llama" files with experts: name that, not a missing tensor.
   if (const int64_t experts = f.get_int(a + "expert_count", 0); experts > 0)
@@ -301,7 +316,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
   if (scaling == "linear") c.rope_freq_scale = static_cast<float>(1.0 / f.get_float(a + "rope.scaling.factor", 1.0));
   else if (scaling != "none")
     throw UnimplementedError(f.name() + ": rope scaling '" + scaling + "' is not supported (kiln runs none and linear)");
-  c.rope_neox = c.architecture == "qwen2" || c.architecture == "qwen3" || phi3;
+  c.rope_neox = c.architecture == "qwen2" || c.architecture == "qwen3" || phi3 || gemma3;
   // Frequency factors: Llama 3's one set, or Phi-3's LongRoPE pair chosen by the context
   // to be served (llama.cpp's choice: long over the original context, else short).
   std::string factors;
@@ -318,7 +333,33 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
   c.rope_attn_factor = static_cast<float>(f.get_float(a + "rope.scaling.attn_factor", 1.0));
   if (!(c.rope_attn_factor > 0) || !std::isfinite(c.rope_attn_factor))
     throw DataLossError(str_cat(f.name(), ": ", a, "rope.scaling.attn_factor is ", c.rope_attn_factor, ", not a positive number"));
-  c.qk_norm = c.architecture == "qwen3";  // (its attn_q_norm / attn_k_norm tensors are required)
+  c.qk_norm = c.architecture == "qwen3" || gemma3;  // (their attn_q_norm / attn_k_norm tensors are required)
+  // As llama.cpp (after gemma_pytorch): Gemma 3 27B (62 blocks) scales by the model width per head.
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(gemma3 && c.n_layer == 62 ? c.n_embd / c.n_head : c.head_dim));
+  if (gemma3) {
+    c.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
+    c.post_norms = c.gelu = true;
+    // Sliding windows: the layers a per-layer array marks, else all but every n-th (n from
+    // the pattern key, 6 by default: five local layers, then a global one).
+    c.swa_window = f.get_int(a + "attention.sliding_window", 0);
+    if (c.swa_window < 0) throw DataLossError(str_cat(f.name(), ": ", a, "attention.sliding_window is ", c.swa_window));
+    c.swa_layers.assign(static_cast<size_t>(c.n_layer), false);
+    const GgufValue* pattern = f.find(a + "attention.sliding_window_pattern");
+    if (pattern && pattern->type == GgufType::kArray) {
+      if (pattern->count > static_cast<uint64_t>(c.n_layer) || pattern->element_type == GgufType::kString ||
+          pattern->element_type == GgufType::kArray)
+        throw DataLossError(str_cat(f.name(), ": ", a, "attention.sliding_window_pattern is not one flag per block"));
+      for (uint64_t l = 0; l < pattern->count; ++l) c.swa_layers[l] = pattern->integer_at(l) != 0;
+    } else {
+      const int64_t n = f.get_int(a + "attention.sliding_window_pattern", 6);
+      if (n < 0) throw DataLossError(str_cat(f.name(), ": ", a, "attention.sliding_window_pattern is ", n));
+      for (int64_t l = 0; l < c.n_layer; ++l) c.swa_layers[static_cast<size_t>(l)] = n == 0 || l % n < n - 1;
+    }
+    c.rope_base_swa = static_cast<float>(f.get_float(a + "rope.freq_base_swa", 10000.0));
+  }
+  c.final_logit_softcap = static_cast<float>(f.get_float(a + "final_logit_softcapping", 0.0));
+  if (!(c.final_logit_softcap >= 0) || !std::isfinite(c.final_logit_softcap))
+    throw DataLossError(str_cat(f.name(), ": ", a, "final_logit_softcapping is ", c.final_logit_softcap));
   m->tokenizer_ = Tokenizer::from_gguf(f);
   c.n_vocab = m->tokenizer_->vocab_size();
 
@@ -354,6 +395,10 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
     if (c.qk_norm) {
       L.q_norm = vec(f, p + "attn_q_norm.weight", c.head_dim);
       L.k_norm = vec(f, p + "attn_k_norm.weight", c.head_dim);
+    }
+    if (c.post_norms) {
+      L.attn_post_norm = vec(f, p + "post_attention_norm.weight", c.n_embd);
+      L.ffn_post_norm = vec(f, p + "post_ffw_norm.weight", c.n_embd);
     }
     if (c.qkv_bias) {
       L.bq = vec(f, p + "attn_q.bias", q_dim);
@@ -444,14 +489,25 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
   std::vector<float> q(static_cast<size_t>(T * q_dim)), k(static_cast<size_t>(T * kv_dim)), v(static_cast<size_t>(T * kv_dim));
   std::vector<float> att(static_cast<size_t>(T * q_dim)), proj(static_cast<size_t>(T * d));
   std::vector<float> g(static_cast<size_t>(T * c.n_ff)), u(static_cast<size_t>(T * c.n_ff));
-  for (int64_t t = 0; t < T; ++t)
+  for (int64_t t = 0; t < T; ++t) {
     dequantize_row(W.embedding.type, W.embedding.data + batch[t].token * W.embedding.row_bytes, x.data() + t * d, d);
+    if (c.embed_scale != 1.0f)
+      for (int64_t i = t * d; i < (t + 1) * d; ++i) x[i] *= c.embed_scale;
+  }
 
-  const int64_t half_rot = c.n_rot / 2;  // angles per token, shared by every head and layer
-  std::vector<float> rope_cos(static_cast<size_t>(T * half_rot)), rope_sin(rope_cos.size());
+  // Angles per token, shared by every head and layer (a second set for sliding-window layers).
+  const int64_t half_rot = c.n_rot / 2;
+  std::vector<float> rope_cos(static_cast<size_t>(T * half_rot)), rope_sin(rope_cos.size()), swa_cos, swa_sin;
   for (int64_t t = 0; t < T; ++t) rope_angles(batch[t].pos, c, rope_cos.data() + t * half_rot, rope_sin.data() + t * half_rot);
+  if (c.swa_window > 0) {
+    swa_cos.resize(rope_cos.size()), swa_sin.resize(rope_cos.size());
+    for (int64_t t = 0; t < T; ++t)
+      rope_angles(batch[t].pos, c, swa_cos.data() + t * half_rot, swa_sin.data() + t * half_rot, true);
+  }
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const Weights::Layer& L = W.layers[l];
+    const float* layer_cos = c.is_swa(l) ? swa_cos.data() : rope_cos.data();
+    const float* layer_sin = c.is_swa(l) ? swa_sin.data() : rope_sin.data();
     for_tokens(T, 32, [&](int64_t t) { rms_norm(x.data() + t * d, L.attn_norm.data(), h.data() + t * d, d, c.rms_eps); });
     {
       const Input in(h.data(), T, d);
@@ -469,8 +525,8 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
         for (int64_t hh = 0; hh < c.n_head; ++hh) rms_norm(qt + hh * hd, L.q_norm.data(), qt + hh * hd, hd, c.rms_eps);
         for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rms_norm(kt + hh * hd, L.k_norm.data(), kt + hh * hd, hd, c.rms_eps);
       }
-      const float* cs = rope_cos.data() + t * half_rot;
-      const float* sn = rope_sin.data() + t * half_rot;
+      const float* cs = layer_cos + t * half_rot;
+      const float* sn = layer_sin + t * half_rot;
       for (int64_t hh = 0; hh < c.n_head; ++hh) rope(qt + hh * hd, cs, sn, c);
       for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(kt + hh * hd, cs, sn, c);
       cache.store_key(batch[t].seq, l, batch[t].pos, kt);
@@ -482,6 +538,7 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
       matmul({{&L.wo, proj.data()}}, in);
     }
     for_tokens(T, 32, [&](int64_t t) {
+      if (c.post_norms) rms_norm(proj.data() + t * d, L.attn_post_norm.data(), proj.data() + t * d, d, c.rms_eps);
       for (int64_t i = t * d; i < (t + 1) * d; ++i) x[i] += proj[i];
       rms_norm(x.data() + t * d, L.ffn_norm.data(), h.data() + t * d, d, c.rms_eps);
     });
@@ -489,12 +546,15 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
       const Input in(h.data(), T, d);
       matmul({{&L.gate, g.data()}, {&L.up, u.data()}}, in);
     }
-    for_tokens(T, 4, [&](int64_t t) { swiglu(g.data() + t * c.n_ff, u.data() + t * c.n_ff, c.n_ff); });
+    for_tokens(T, 4, [&](int64_t t) {
+      (c.gelu ? geglu : swiglu)(g.data() + t * c.n_ff, u.data() + t * c.n_ff, c.n_ff);
+    });
     {
       const Input in(g.data(), T, c.n_ff);
       matmul({{&L.down, proj.data()}}, in);
     }
     for_tokens(T, 64, [&](int64_t t) {
+      if (c.post_norms) rms_norm(proj.data() + t * d, L.ffn_post_norm.data(), proj.data() + t * d, d, c.rms_eps);
       for (int64_t i = t * d; i < (t + 1) * d; ++i) x[i] += proj[i];
     });
   }
@@ -508,6 +568,7 @@ void Model::forward(std::span<const BatchToken> batch, KvCache& cache, float* lo
   if (sel.empty()) return;
   const Input in(sel.data(), static_cast<int64_t>(sel.size()) / d, d);
   matmul({{&W.output, logits}}, in);
+  softcap_logits(c, logits, in.n);
 }
 
 }  // namespace kiln::llm

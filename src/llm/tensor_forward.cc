@@ -104,6 +104,10 @@ std::unique_ptr<TensorWeights> load_tensor_weights(const GgufFile& f, const Mode
       L.q_norm = f32(p + "attn_q_norm.weight", {c.head_dim});
       L.k_norm = f32(p + "attn_k_norm.weight", {c.head_dim});
     }
+    if (c.post_norms) {
+      L.attn_post_norm = f32(p + "post_attention_norm.weight", {d});
+      L.ffn_post_norm = f32(p + "post_ffw_norm.weight", {d});
+    }
     if (c.qkv_bias)
       L.bqkv = stacked({{p + "attn_q.bias", q_dim}, {p + "attn_k.bias", kv_dim}, {p + "attn_v.bias", kv_dim}}, 0, false);
     w->layers.push_back(std::move(L));
@@ -116,7 +120,7 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
   const Device dev = w.device;
   const int64_t T = static_cast<int64_t>(batch.size()), hd = c.head_dim, q_dim = c.n_head * hd;
   const int64_t kv_dim = c.kv_dim(), bs = cache.block_tokens(), hr = c.n_rot / 2;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const double scale = c.attn_scale;
 
   // Host-side inputs of the step, made once for every layer.
   std::vector<int32_t> ids(static_cast<size_t>(T));
@@ -126,6 +130,11 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
     rope_angles(batch[t].pos, c, cs.data() + t * hr, sn.data() + t * hr);
   }
   const Tensor rope_cos = Tensor::from_vector(cs, {T, 1, hr}).to(dev), rope_sin = Tensor::from_vector(sn, {T, 1, hr}).to(dev);
+  Tensor swa_cos, swa_sin;  // the sliding-window layers' angles (their own base)
+  if (c.swa_window > 0) {
+    for (int64_t t = 0; t < T; ++t) rope_angles(batch[t].pos, c, cs.data() + t * hr, sn.data() + t * hr, true);
+    swa_cos = Tensor::from_vector(cs, {T, 1, hr}).to(dev), swa_sin = Tensor::from_vector(sn, {T, 1, hr}).to(dev);
+  }
   // The step's sequences' block tables (one row each, padded with block 0, never read)
   // and each token's row and position, for paged attention.
   std::vector<KvCache::SeqId> seqs;
@@ -158,8 +167,10 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
   const Shape flat{cache.total_blocks() * bs, kv_dim}, pool{cache.total_blocks(), bs, c.n_head_kv, hd};
 
   Tensor x = ops::embedding(w.embedding, Tensor::from_vector(ids, {T}).to(dev));  // [T, d]
+  if (c.embed_scale != 1.0f) x = x * static_cast<double>(c.embed_scale);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const TensorWeights::Layer& L = w.layers[static_cast<size_t>(l)];
+    const bool swa = c.is_swa(l);
     const Tensor h = ops::rms_norm(x, L.attn_norm, c.rms_eps);
     Tensor qkv = linear(h, L.wqkv);
     if (c.qkv_bias) qkv = qkv + L.bqkv;
@@ -169,19 +180,24 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
       q = ops::rms_norm(q, L.q_norm, c.rms_eps);
       k = ops::rms_norm(k, L.k_norm, c.rms_eps);
     }
-    q = rope(q, rope_cos, rope_sin, c);
-    k = rope(k, rope_cos, rope_sin, c);
+    q = rope(q, swa ? swa_cos : rope_cos, swa ? swa_sin : rope_sin, c);
+    k = rope(k, swa ? swa_cos : rope_cos, swa ? swa_sin : rope_sin, c);
     const Tensor& v = parts[2];
     const Tensor keys = cache.layer_rows(l, 0), values = cache.layer_rows(l, 1);
     ops::index_copy(keys.reshape(flat), rows_of, ops::cast(ops::reshape(k, {T, kv_dim}), DType::kF16), true);
     ops::index_copy(values.reshape(flat), rows_of, ops::cast(v, DType::kF16), true);
     const Tensor att =
-        ops::reshape(ops::paged_attention(q, keys.reshape(pool), values.reshape(pool), block_tables, seq_of, pos_of, scale),
+        ops::reshape(ops::paged_attention(q, keys.reshape(pool), values.reshape(pool), block_tables, seq_of, pos_of, scale,
+                                          swa ? c.swa_window : 0),
                      {T, q_dim});
-    x = x + linear(att, L.wo);
+    Tensor o = linear(att, L.wo);
+    if (c.post_norms) o = ops::rms_norm(o, L.attn_post_norm, c.rms_eps);
+    x = x + o;
     const Tensor h2 = ops::rms_norm(x, L.ffn_norm, c.rms_eps);
     const std::vector<Tensor> gate_up = ops::split(linear(h2, L.gate_up), 2, 1);
-    x = x + linear(ops::silu(gate_up[0]) * gate_up[1], L.down);
+    Tensor f = linear((c.gelu ? ops::gelu(gate_up[0], true) : ops::silu(gate_up[0])) * gate_up[1], L.down);
+    if (c.post_norms) f = ops::rms_norm(f, L.ffn_post_norm, c.rms_eps);
+    x = x + f;
   }
 
   std::vector<int32_t> rows;
@@ -192,6 +208,7 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
   const Tensor sel = n == T ? x : ops::gather(x, Tensor::from_vector(rows, {n}).to(dev));
   const Tensor out = linear(ops::rms_norm(sel, w.output_norm, c.rms_eps), w.output).to(Device::cpu());
   std::memcpy(logits, out.raw_data(), static_cast<size_t>(n * c.n_vocab) * sizeof(float));
+  softcap_logits(c, logits, n);
 }
 
 }  // namespace kiln::llm

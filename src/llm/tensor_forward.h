@@ -11,6 +11,7 @@
 // cache is f16 in KvLayout::kRows on the device: a step writes its keys and values with
 // ops::index_copy in place (per layer, one call for the keys and one for the values of
 // every token) and reads them with ops::paged_attention (one call per layer).
+#include <cmath>
 #include <memory>
 #include <span>
 
@@ -26,7 +27,8 @@ class GgufFile;
 struct TensorWeights {
   struct Layer {
     Tensor attn_norm, ffn_norm, bqkv;  // f32 (the bias undefined without one)
-    Tensor q_norm, k_norm;             // f32 [head_dim] (qwen3; undefined otherwise)
+    Tensor q_norm, k_norm;             // f32 [head_dim] (qwen3, gemma3; undefined otherwise)
+    Tensor attn_post_norm, ffn_post_norm;  // f32 [n_embd] (gemma3; undefined otherwise)
     // [out, in] of `dtype`; q, k and v stacked (one matmul), gate and up too.
     Tensor wqkv, wo, gate_up, down;
   };
@@ -47,5 +49,13 @@ std::unique_ptr<TensorWeights> load_tensor_weights(const GgufFile& f, const Mode
 // does both): logits of the tokens that ask for them to host memory, as Model::forward.
 void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<const BatchToken> batch, KvCache& cache,
                     float* logits);
+
+// Both paths' last step: logits = cap * tanh(logits / cap) when the model caps them
+// (final_logit_softcapping), over `rows` rows of the vocabulary.
+inline void softcap_logits(const ModelConfig& c, float* logits, int64_t rows) {
+  if (c.final_logit_softcap <= 0) return;
+  const float cap = c.final_logit_softcap;
+  for (int64_t i = 0; i < rows * c.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+}
 
 }  // namespace kiln::llm

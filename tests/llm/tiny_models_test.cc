@@ -1,6 +1,6 @@
 // Tiny random-weight models of every GGUF tensor type (tests/llm/tiny_model.h: F32, F16,
 // BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; llama, llama with Llama 3's rope
-// frequency factors, qwen2, qwen3, phi3; SentencePiece and
+// frequency factors, qwen2, qwen3, phi3, gemma3; SentencePiece and
 // byte-level BPE tokenizers; tied and separate heads) against llama.cpp on the same
 // files (fixtures from `bench/peers/make_llm_fixtures.py tiny`): the prompts' token ids
 // exactly; the first-step logits against llama.cpp's and against a float64 NumPy forward
@@ -196,6 +196,49 @@ TEST(TinyModelFiles, Phi3PicksItsRopeFactorsByContextAndStripsAfterItsTokens) {
   const std::string back = load_bytes(renamed)->tokenizer().decode(kept, true);
   EXPECT_NE(back.find("\n the cat"), std::string::npos) << back;
   EXPECT_NE(back.find("\n  hat"), std::string::npos) << back;
+}
+
+// Gemma 3's hyperparameters as llama.cpp reads them: the sliding-window layers from a
+// pattern or a per-layer array, the logit cap (checked), scaled embeddings.
+TEST(TinyModelFiles, Gemma3ReadsItsWindowsAndCaps) {
+  const auto load_bytes = [](const std::string& bytes) {
+    const kiln::testing::TempDir dir("tiny_gemma3");
+    const std::string path = dir.path() + "/m.gguf";
+    std::ofstream(path, std::ios::binary) << bytes;
+    return Model::load(path);
+  };
+  const std::vector<testing::TinyModel> all = testing::tiny_models();
+  const auto find = [&](const std::string& name) {
+    return *std::find_if(all.begin(), all.end(), [&](const testing::TinyModel& m) { return m.name == name; });
+  };
+  const std::string spm = testing::tiny_model_gguf(find("q5_0-gemma3-spm"));  // pattern 2, cap 3
+  for (const std::string& bytes : {spm, testing::tiny_model_gguf(find("f16-gemma3-bpe"))}) {  // flags {1, 0}
+    const auto m = load_bytes(bytes);
+    const ModelConfig& c = m->config();
+    EXPECT_EQ(c.swa_window, 8);
+    EXPECT_EQ(c.swa_layers, (std::vector<bool>{true, false}));
+    EXPECT_TRUE(c.is_swa(0));
+    EXPECT_FALSE(c.is_swa(1));
+    EXPECT_FLOAT_EQ(c.rope_base_swa, 10000.0f);
+    EXPECT_FLOAT_EQ(c.rope_base, 1000000.0f);
+    EXPECT_FLOAT_EQ(c.embed_scale, 16.0f);  // sqrt(256)
+    EXPECT_FLOAT_EQ(c.attn_scale, 0.125f);  // 1 / sqrt(64)
+    EXPECT_TRUE(c.qk_norm && c.post_norms && c.gelu && c.rope_neox);
+  }
+  EXPECT_FLOAT_EQ(load_bytes(spm)->config().final_logit_softcap, 3.0f);
+  const std::string key = "gemma3.final_logit_softcapping";
+  for (const float bad : {-1.0f, std::numeric_limits<float>::quiet_NaN()}) {
+    std::string bytes = spm;
+    const size_t at = bytes.find(key);
+    ASSERT_NE(at, std::string::npos);
+    std::memcpy(bytes.data() + at + key.size() + 4, &bad, 4);
+    try {
+      load_bytes(bytes);
+      ADD_FAILURE() << "a logit cap of " << bad << " was taken";
+    } catch (const DataLossError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryTensorType, TinyModels, ::testing::ValuesIn(testing::tiny_models()),

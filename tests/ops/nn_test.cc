@@ -272,12 +272,13 @@ TEST(NnOps, AreRegisteredDifferentiableWithCpuKernels) {
 // ---- paged_attention ------------------------------------------------------------------
 
 // Two sequences over a pool of 6 blocks of 3 positions (non-contiguous block tables,
-// grouped-query heads), five queries at various positions, against a float64 loop.
+// grouped-query heads), five queries at various positions, against a float64 loop;
+// window > 0: each query sees its last `window` positions only.
 struct PagedCase {
   Tensor q, k, v, tables, seqs, pos;
   std::vector<double> want;  // [T, H, d]
 };
-PagedCase paged_case(DType q_dtype, DType kv_dtype) {
+PagedCase paged_case(DType q_dtype, DType kv_dtype, int64_t window = 0) {
   const int64_t T = 5, H = 4, d = 8, N = 6, B = 3, hkv = 2;
   PagedCase c;
   c.q = random_normal({T, H, d}, 0, 1, DType::kF32, 11).to(q_dtype);
@@ -290,30 +291,30 @@ PagedCase paged_case(DType q_dtype, DType kv_dtype) {
   const std::vector<float> q = c.q.to_vector<float>(), k = c.k.to_vector<float>(), v = c.v.to_vector<float>();
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h) {
-      const int64_t kh = h / (H / hkv), n = pos[static_cast<size_t>(t)] + 1;
+      const int64_t kh = h / (H / hkv), n = pos[static_cast<size_t>(t)] + 1, lo = window > 0 ? std::max<int64_t>(0, n - window) : 0;
       std::vector<double> sc(static_cast<size_t>(n));
       double mx = -1e300, sum = 0;
       auto at = [&](int64_t p) { return ((tables[static_cast<size_t>(seqs[static_cast<size_t>(t)] * 3 + p / B)] * B + p % B) * hkv + kh) * d; };
-      for (int64_t p = 0; p < n; ++p) {
+      for (int64_t p = lo; p < n; ++p) {
         double dot = 0;
         for (int64_t i = 0; i < d; ++i) dot += static_cast<double>(q[static_cast<size_t>((t * H + h) * d + i)]) * k[static_cast<size_t>(at(p) + i)];
         sc[static_cast<size_t>(p)] = dot / std::sqrt(static_cast<double>(d));
         mx = std::max(mx, sc[static_cast<size_t>(p)]);
       }
-      for (double& x : sc) sum += x = std::exp(x - mx);
+      for (int64_t p = lo; p < n; ++p) sum += sc[static_cast<size_t>(p)] = std::exp(sc[static_cast<size_t>(p)] - mx);
       for (int64_t i = 0; i < d; ++i) {
         double o = 0;
-        for (int64_t p = 0; p < n; ++p) o += sc[static_cast<size_t>(p)] / sum * v[static_cast<size_t>(at(p) + i)];
+        for (int64_t p = lo; p < n; ++p) o += sc[static_cast<size_t>(p)] / sum * v[static_cast<size_t>(at(p) + i)];
         c.want.push_back(o);
       }
     }
   return c;
 }
 
-void expect_paged_matches(Device device, DType q_dtype, DType kv_dtype, double tol) {
-  const PagedCase c = paged_case(q_dtype, kv_dtype);
+void expect_paged_matches(Device device, DType q_dtype, DType kv_dtype, double tol, int64_t window = 0) {
+  const PagedCase c = paged_case(q_dtype, kv_dtype, window);
   const Tensor got = paged_attention(c.q.to(device), c.k.to(device), c.v.to(device), c.tables.to(device), c.seqs.to(device),
-                                     c.pos.to(device));
+                                     c.pos.to(device), std::nullopt, window);
   ASSERT_EQ(got.shape(), c.q.shape());
   ASSERT_EQ(got.dtype(), q_dtype);
   const std::vector<float> g = got.to(Device::cpu()).to_vector<float>();
@@ -327,6 +328,13 @@ TEST(PagedAttention, MatchesAFloat64LoopOverTheBlockTables) {
   expect_paged_matches(Device::cpu(), DType::kF32, DType::kF16, 1e-5);  // the same f16 values in the reference
   expect_paged_matches(Device::cpu(), DType::kBF16, DType::kF16, 2e-2);  // the output rounded to bf16
   expect_paged_matches(Device::cpu(), DType::kF16, DType::kBF16, 4e-3);
+  // Sliding windows: 3 positions (queries at 7 and 8 see 5-7 and 6-8, one block's
+  // boundary crossed), 1 (itself only), and one longer than every sequence (all).
+  for (const int64_t window : {3, 1, 100}) expect_paged_matches(Device::cpu(), DType::kF32, DType::kF16, 1e-5, window);
+  const PagedCase c = paged_case(DType::kF32, DType::kF16);
+  const Tensor all = paged_attention(c.q, c.k, c.v, c.tables, c.seqs, c.pos);
+  const Tensor windowed = paged_attention(c.q, c.k, c.v, c.tables, c.seqs, c.pos, std::nullopt, 3);
+  EXPECT_NE(all.to_vector<float>(), windowed.to_vector<float>());  // (the window changes something)
 }
 
 TEST(PagedAttention, BadInputsAreTypedErrors) {
@@ -341,6 +349,8 @@ TEST(PagedAttention, BadInputsAreTypedErrors) {
   EXPECT_KILN_ERROR(call(c.q, c.k, c.tables.to(DType::kI64), c.seqs, c.pos), kInvalidArgument, "block_tables must be i32");
   EXPECT_KILN_ERROR(call(c.q, c.k, c.tables, c.seqs.to(DType::kI64), c.pos), kInvalidArgument, "seq_ids and positions");
   EXPECT_KILN_ERROR(call(c.q.to(DType::kF64), c.k, c.tables, c.seqs, c.pos), kInvalidArgument, "f32, f16 or bf16");
+  EXPECT_KILN_ERROR(paged_attention(c.q, c.k, c.v, c.tables, c.seqs, c.pos, std::nullopt, -1), kInvalidArgument,
+                    "window must be >= 0");
   EXPECT_KILN_ERROR(call(c.q, c.k, c.tables, Tensor::from_vector<int32_t>({0, 0, 2, 1, 0}, {5}), c.pos), kOutOfRange,
                     "names sequence 2");
   EXPECT_KILN_ERROR(call(c.q, c.k, c.tables, c.seqs, Tensor::from_vector<int32_t>({7, 9, 0, 4, 2}, {5})), kOutOfRange,
@@ -358,6 +368,7 @@ TEST(PagedAttention, OnCudaMatchesTheReference) {
   expect_paged_matches(cuda, DType::kF32, DType::kF16, 1e-5);
   expect_paged_matches(cuda, DType::kBF16, DType::kF16, 2e-2);
   expect_paged_matches(cuda, DType::kF16, DType::kBF16, 4e-3);
+  for (const int64_t window : {3, 1}) expect_paged_matches(cuda, DType::kF32, DType::kF16, 1e-5, window);
 }
 
 }  // namespace

@@ -188,6 +188,7 @@ void paged_attention_typed(OpContext& ctx) {
   const int64_t S = tables.dim(0), M = tables.dim(1), group = H / hkv;
   const float scale = static_cast<float>(ctx.attrs.has("scale") ? ctx.attrs.get_float("scale")
                                                                 : 1.0 / std::sqrt(static_cast<double>(d)));
+  const int64_t window = ctx.attrs.get_int("window", 0);
   const int32_t* tab = static_cast<const int32_t*>(tables.raw_data());
   const int32_t* seq = static_cast<const int32_t*>(ctx.in[4].raw_data());
   const int32_t* pos = static_cast<const int32_t*>(ctx.in[5].raw_data());
@@ -212,7 +213,7 @@ void paged_attention_typed(OpContext& ctx) {
   parallel_for(T * hkv, 1, [&](int64_t j0, int64_t j1) {
     std::vector<float> qf(static_cast<size_t>(d)), acc(static_cast<size_t>(d)), sc;
     for (int64_t job = j0; job < j1; ++job) {
-      const int64_t t = job / hkv, kh = job % hkv, n = pos[t] + 1;
+      const int64_t t = job / hkv, kh = job % hkv, n = pos[t] + 1, lo = window > 0 ? std::max<int64_t>(0, n - window) : 0;
       const int32_t* blocks = tab + seq[t] * M;
       sc.resize(static_cast<size_t>(n));
       auto row = [&](const KV* base, int64_t p) { return base + ((blocks[p / B] * B + p % B) * hkv + kh) * d; };
@@ -220,7 +221,7 @@ void paged_attention_typed(OpContext& ctx) {
         const int64_t h = kh * group + g;
         for (int64_t i = 0; i < d; ++i) qf[static_cast<size_t>(i)] = static_cast<float>(qd[(t * H + h) * d + i]);
         float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t p = 0; p < n; ++p) {
+        for (int64_t p = lo; p < n; ++p) {
           const KV* k = row(kd, p);
           float dot = 0;
           for (int64_t i = 0; i < d; ++i) dot += qf[static_cast<size_t>(i)] * static_cast<float>(k[i]);
@@ -228,9 +229,9 @@ void paged_attention_typed(OpContext& ctx) {
           mx = std::max(mx, sc[static_cast<size_t>(p)]);
         }
         float sum = 0;
-        for (int64_t p = 0; p < n; ++p) sum += sc[static_cast<size_t>(p)] = std::exp(sc[static_cast<size_t>(p)] - mx);
+        for (int64_t p = lo; p < n; ++p) sum += sc[static_cast<size_t>(p)] = std::exp(sc[static_cast<size_t>(p)] - mx);
         std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int64_t p = 0; p < n; ++p) {
+        for (int64_t p = lo; p < n; ++p) {
           const KV* v = row(vd, p);
           const float w = sc[static_cast<size_t>(p)] / sum;
           for (int64_t i = 0; i < d; ++i) acc[static_cast<size_t>(i)] += w * static_cast<float>(v[i]);

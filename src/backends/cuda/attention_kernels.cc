@@ -3,6 +3,7 @@
 // masks out) or q's dtype (f32 for f16/bf16 q) and is added to the scaled scores;
 // causal is top-left aligned (query i sees keys j <= i); rows that see no key are 0.
 // And paged_attention over a paged KV cache (one warp per query and head).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -82,6 +83,8 @@ void paged_attention(OpContext& ctx) {
   p.hkv = static_cast<int>(kc.dim(2));
   p.M = static_cast<int>(tables.dim(1));
   p.scale = static_cast<float>(ctx.attrs.has("scale") ? ctx.attrs.get_float("scale") : 1.0 / std::sqrt(static_cast<double>(p.d)));
+  const int64_t window = ctx.attrs.get_int("window", 0);
+  p.window = static_cast<int>(std::min<int64_t>(window, 0x7fffffff));
   if (p.d > kPagedMaxHeadDim)
     throw UnimplementedError("paged_attention on CUDA: head size " + std::to_string(p.d) + " (at most " +
                              std::to_string(kPagedMaxHeadDim) + ")");

@@ -241,7 +241,7 @@ __global__ void paged_attention_kernel(PagedAttentionProblem p) {
   const int32_t* blocks = p.tables + static_cast<int64_t>(p.seq[t]) * p.M;
   const int n = p.pos[t] + 1;
   float m = -INFINITY, l = 0.0f;
-  for (int pos = 0; pos < n; ++pos) {
+  for (int pos = p.window > 0 && n > p.window ? n - p.window : 0; pos < n; ++pos) {
     const int64_t base = ((static_cast<int64_t>(blocks[pos / p.B]) * p.B + pos % p.B) * p.hkv + kh) * p.d;
     float dot = 0.0f;
 #pragma unroll

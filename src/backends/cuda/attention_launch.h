@@ -43,6 +43,7 @@ struct PagedAttentionProblem {
   int64_t T = 0;
   int H = 0, d = 0, B = 0, hkv = 0, M = 0;
   float scale = 1.0f;
+  int window = 0;  // > 0: the last `window` positions only (sliding window)
 };
 constexpr int kPagedMaxHeadDim = 256;
 
