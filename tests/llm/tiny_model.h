@@ -12,7 +12,7 @@
 // gemma3 with q/k norms, post-norms, GeGLU, scaled embeddings and a sliding window of 8
 // positions on layer 0 (a pattern of 2 and a final logit cap of 3 in the SentencePiece
 // one, a per-layer flag array in the BPE one), its global layer on another RoPE base),
-// tokenizer kinds
+// tokenizer kinds (the BPE phi3 with Phi-4-mini's gpt-4o pre-tokenizer)
 // (SentencePiece-style BPE with byte fallback, and byte-level BPE) and tied or separate
 // output heads alternate over the types. Quantised blocks are random bytes with small random scales, as the
 // kernels' tests make them.
@@ -342,7 +342,7 @@ inline std::string tiny_model_gguf(const TinyModel& m) {
   kv.kv_u32("general.alignment", 32);
   if (m.bpe) {
     kv.kv_string("tokenizer.ggml.model", "gpt2");
-    kv.kv_string("tokenizer.ggml.pre", "gpt-2");
+    kv.kv_string("tokenizer.ggml.pre", phi3 ? "gpt-4o" : "gpt-2");  // (Phi-4-mini's pre-tokenizer)
     kv.kv_array("tokenizer.ggml.merges", 8, v.merges);
   } else {
     kv.kv_string("tokenizer.ggml.model", "llama");

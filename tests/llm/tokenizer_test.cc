@@ -12,6 +12,7 @@
 #include "kiln/core/file_io.h"
 #include "kiln/llm/gguf.h"
 #include "llm/gguf_builder.h"
+#include "llm/pretokenizer.h"
 #include "llm/llm_test_util.h"
 #include "test_util.h"
 
@@ -88,6 +89,25 @@ INSTANTIATE_TEST_SUITE_P(Vocabs, LlamaCppVocab,
                              if (c == '-') c = '_';
                            return n;
                          });
+
+// o200k's pre-tokenizer (Phi-4-mini, Llama 4; no vocabulary test of it in llama.cpp):
+// hand-split with its pattern. Words break where lower case turns to upper ("HelloWorld"),
+// an upper-case run keeps the lower-case letters after it ("CAPSLock"), any letter
+// outside A-Z / a-z counts as either case (as llama.cpp's form of the pattern has it),
+// digits go in threes, a contraction stays on its word.
+TEST(PreTokenizer, Gpt4oSplitsWordsAtCaseChanges) {
+  const auto pre = PreTokenizer::for_name("gpt-4o");
+  const auto split = [&](std::string_view text) {
+    std::vector<std::string> out;
+    for (std::string_view piece : pre->split(text)) out.emplace_back(piece);
+    return out;
+  };
+  EXPECT_EQ(split("HelloWorld's CAPSLock don'T"), (std::vector<std::string>{"Hello", "World's", " CAPSLock", " don'T"}));
+  EXPECT_EQ(split(" \xc3\x89" "coleNormale 12345 x/y\n\nz"),  // (É)
+            (std::vector<std::string>{" \xc3\x89" "cole", "Normale", " ", "123", "45", " x", "/y", "\n\n", "z"}));
+  EXPECT_EQ(split("a  b\t"), (std::vector<std::string>{"a", " ", " b", "\t"}));
+  EXPECT_EQ(split("\xce\xb1\xce\x92\xce\xb3"), (std::vector<std::string>{"\xce\xb1\xce\x92\xce\xb3"}));  // Greek: no A-Z
+}
 
 // 300 varied strings tokenized by llama.cpp's llama-tokenize on the real SmolLM2 file
 // (bench/peers/make_llm_fixtures.py): special tokens parsed, BOS as the file says.
