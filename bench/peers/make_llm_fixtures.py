@@ -131,7 +131,8 @@ def numpy_forward(reader, ids):
     qwen3: per-head q/k RMS norms before NeoX RoPE; phi3: fused qkv and gate+up, NeoX RoPE
     over the first n_rot dimensions, LongRoPE factors chosen for llama_oracle's context of
     2048 and the attention factor; gemma3: scaled embeddings, q/k norms, post-norms, GeGLU
-    (tanh GELU), sliding-window layers with RoPE base 10000, a final logit cap; tied or
+    (tanh GELU), sliding-window layers with RoPE base 10000, a final logit cap; gemma2: as
+    gemma3 without q/k norms, its local layers on the global base, capped scores; tied or
     separate head): the exact reference both kiln and llama.cpp are measured against."""
     import numpy as np
     import gguf
@@ -148,8 +149,10 @@ def numpy_forward(reader, ids):
     hd = d // n_head
     n_rot = int(field(a + "rope.dimension_count")[0])
     attn_factor = float(field(a + "rope.scaling.attn_factor")[0]) if a + "rope.scaling.attn_factor" in reader.fields else 1.0
-    gemma3 = arch == "gemma3"
-    window = int(field(a + "attention.sliding_window")[0]) if gemma3 and a + "attention.sliding_window" in reader.fields else 0
+    gemma2, gemma3 = arch == "gemma2", arch == "gemma3"
+    gemma = gemma2 or gemma3
+    window = int(field(a + "attention.sliding_window")[0]) if a + "attention.sliding_window" in reader.fields else (4096 if gemma2 else 0)
+    window = window if gemma else 0
     swa = [False] * n_layer
     if window:
         key = a + "attention.sliding_window_pattern"
@@ -157,9 +160,10 @@ def numpy_forward(reader, ids):
         if f is not None and len(f.data) > 1:  # a flag per layer
             swa = [bool(f.parts[i][0]) for i in f.data]
         else:
-            n_pat = int(field(key)[0]) if f is not None else 6
+            n_pat = int(field(key)[0]) if f is not None else (2 if gemma2 else 6)
             swa = [n_pat == 0 or l % n_pat < n_pat - 1 for l in range(n_layer)]
-    softcap = float(field(a + "final_logit_softcapping")[0]) if a + "final_logit_softcapping" in reader.fields else 0.0
+    softcap = float(field(a + "final_logit_softcapping")[0]) if a + "final_logit_softcapping" in reader.fields else (30.0 if gemma2 else 0.0)
+    attn_cap = (float(field(a + "attn_logit_softcapping")[0]) if a + "attn_logit_softcapping" in reader.fields else 50.0) if gemma2 else 0.0
 
     def w(name):  # (every type, F32 included; rows x columns)
         t = tensors[name]
@@ -181,13 +185,14 @@ def numpy_forward(reader, ids):
         inv = inv / w("rope_factors_long.weight" if ORACLE_CONTEXT > orig else "rope_factors_short.weight")
     ang = np.arange(n)[:, None] * inv[None, :]
     trig = {False: (attn_factor * np.cos(ang)[:, None, :], attn_factor * np.sin(ang)[:, None, :])}
-    if window:  # the sliding-window layers' own base, no factors
-        trig[True] = (attn_factor * np.cos(angles(10000.0))[:, None, :], attn_factor * np.sin(angles(10000.0))[:, None, :])
+    if window:  # the sliding-window layers' own base (gemma2: the same), no factors
+        local_base = base if gemma2 else 10000.0
+        trig[True] = (attn_factor * np.cos(angles(local_base))[:, None, :], attn_factor * np.sin(angles(local_base))[:, None, :])
 
     def rope(v, local=False):  # llama: adjacent pairs; qwen2, qwen3, phi3, gemma3 (NeoX): the two halves; of the first n_rot dims
         cos, sin = trig[local]
         out = v.copy()
-        if arch in ("qwen2", "qwen3", "phi3", "gemma3"):
+        if arch in ("qwen2", "qwen3", "phi3", "gemma2", "gemma3"):
             a_, b_ = v[..., :n_rot // 2], v[..., n_rot // 2:n_rot]
             out[..., :n_rot // 2], out[..., n_rot // 2:n_rot] = a_ * cos - b_ * sin, a_ * sin + b_ * cos
         else:
@@ -212,7 +217,7 @@ def numpy_forward(reader, ids):
         y = h @ w(p + "ffn_up.weight").T
         return y[:, :y.shape[1] // 2], y[:, y.shape[1] // 2:]
 
-    if gemma3:
+    if gemma:
         x = x * np.sqrt(d)
     causal = np.triu(np.full((n, n), -np.inf), 1)
     local_mask = causal + np.tril(np.full((n, n), -np.inf), -window) if window else causal
@@ -228,19 +233,22 @@ def numpy_forward(reader, ids):
         out = np.zeros((n, n_head, hd))
         for hh in range(n_head):
             kv = hh // (n_head // n_kv)
-            sc = q[:, hh] @ k[:, kv].T / np.sqrt(hd) + mask
+            sc = q[:, hh] @ k[:, kv].T / np.sqrt(hd)
+            if attn_cap:  # gemma2: capped scores
+                sc = attn_cap * np.tanh(sc / attn_cap)
+            sc = sc + mask
             pr = np.exp(sc - sc.max(-1, keepdims=True))
             out[:, hh] = (pr / pr.sum(-1, keepdims=True)) @ v[:, kv]
         o = out.reshape(n, n_head * hd) @ w(p + "attn_output.weight").T
-        x = x + (rms(o, w(p + "post_attention_norm.weight")) if gemma3 else o)
+        x = x + (rms(o, w(p + "post_attention_norm.weight")) if gemma else o)
         h = rms(x, w(p + "ffn_norm.weight"))
         g, u = gate_up(h, p)
-        if gemma3:  # GELU, tanh form
+        if gemma:  # GELU, tanh form
             act = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
         else:
             act = g / (1 + np.exp(-g))
         f = (act * u) @ w(p + "ffn_down.weight").T
-        x = x + (rms(f, w(p + "post_ffw_norm.weight")) if gemma3 else f)
+        x = x + (rms(f, w(p + "post_ffw_norm.weight")) if gemma else f)
     logits = rms(x[-1], w("output_norm.weight")) @ head.T
     return softcap * np.tanh(logits / softcap) if softcap else logits
 

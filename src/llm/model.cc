@@ -188,7 +188,7 @@ void attention(const ModelConfig& c, std::span<const BatchToken> batch, const fl
                int64_t l) {
   const int64_t T = static_cast<int64_t>(batch.size()), hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.kv_dim();
   const int64_t group = c.n_head / c.n_head_kv, bs = cache.block_tokens();
-  const float scale = c.attn_scale;
+  const float scale = c.attn_scale, softcap = c.attn_softcap;
   const int64_t window = c.is_swa(l) ? c.swa_window : 0;  // a query sees positions [pos + 1 - window, pos]
   constexpr int64_t kTileTokens = 8;
   struct Tile {
@@ -257,6 +257,8 @@ void attention(const ModelConfig& c, std::span<const BatchToken> batch, const fl
         const int64_t n = row_n(r), lo = row_lo(r);
         if (lanes != bs)
           for (int64_t p = std::max(bs, lo); p < n; ++p) sr[p] = sr[p / bs * lanes + p % bs];
+        if (softcap > 0)
+          for (int64_t p = lo; p < n; ++p) sr[p] = softcap * std::tanh(sr[p] / softcap);
         const float mx = *std::max_element(sr + lo, sr + n);
         const float inv = 1.0f / exp_shifted(sr + lo, n - lo, mx);
         std::fill(sr + b_lo * bs, sr + lo, 0.0f);  // (the value sums read from block b_lo on)
@@ -287,11 +289,11 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
   ModelConfig& c = m->config_;
   c.architecture = std::string(f.get_string("general.architecture"));
   c.name = std::string(f.get_string("general.name", ""));
-  const bool phi3 = c.architecture == "phi3", gemma3 = c.architecture == "gemma3";
+  const bool phi3 = c.architecture == "phi3", gemma2 = c.architecture == "gemma2", gemma3 = c.architecture == "gemma3";
   if (c.architecture != "llama" && c.architecture != "mistral" && c.architecture != "qwen2" && c.architecture != "qwen3" && !phi3 &&
-      !gemma3)
+      !gemma2 && !gemma3)
     throw UnimplementedError(f.name() + ": architecture '" + c.architecture +
-                             "' is not supported (kiln runs llama, mistral, qwen2, qwen3, phi3, gemma3)");
+                             "' is not supported (kiln runs llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3)");
   const std::string a = c.architecture + ".";
   // Mixtral and its kin are "llama" files with experts: name that, not a missing tensor.
   if (const int64_t experts = f.get_int(a + "expert_count", 0); experts > 0)
@@ -316,7 +318,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
   if (scaling == "linear") c.rope_freq_scale = static_cast<float>(1.0 / f.get_float(a + "rope.scaling.factor", 1.0));
   else if (scaling != "none")
     throw UnimplementedError(f.name() + ": rope scaling '" + scaling + "' is not supported (kiln runs none and linear)");
-  c.rope_neox = c.architecture == "qwen2" || c.architecture == "qwen3" || phi3 || gemma3;
+  c.rope_neox = c.architecture == "qwen2" || c.architecture == "qwen3" || phi3 || gemma2 || gemma3;
   // Frequency factors: Llama 3's one set, or Phi-3's LongRoPE pair chosen by the context
   // to be served (llama.cpp's choice: long over the original context, else short).
   std::string factors;
@@ -334,14 +336,18 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
   if (!(c.rope_attn_factor > 0) || !std::isfinite(c.rope_attn_factor))
     throw DataLossError(str_cat(f.name(), ": ", a, "rope.scaling.attn_factor is ", c.rope_attn_factor, ", not a positive number"));
   c.qk_norm = c.architecture == "qwen3" || gemma3;  // (their attn_q_norm / attn_k_norm tensors are required)
-  // As llama.cpp (after gemma_pytorch): Gemma 3 27B (62 blocks) scales by the model width per head.
-  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(gemma3 && c.n_layer == 62 ? c.n_embd / c.n_head : c.head_dim));
-  if (gemma3) {
+  // As llama.cpp (after gemma_pytorch): the 27B Gemmas (46 and 62 blocks) scale by the model
+  // width per head.
+  const bool wide_scale = (gemma2 && c.n_layer == 46) || (gemma3 && c.n_layer == 62);
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(wide_scale ? c.n_embd / c.n_head : c.head_dim));
+  if (gemma2 || gemma3) {
     c.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
     c.post_norms = c.gelu = true;
     // Sliding windows: the layers a per-layer array marks, else all but every n-th (n from
-    // the pattern key, 6 by default: five local layers, then a global one).
-    c.swa_window = f.get_int(a + "attention.sliding_window", 0);
+    // the pattern key; gemma2: 2, every other layer; gemma3: 6, five local layers, then a
+    // global one). Gemma 2's window is 4096 unless the file says; its local layers turn as
+    // the global ones unless freq_base_swa is given; Gemma 3's on base 10000, unscaled.
+    c.swa_window = f.get_int(a + "attention.sliding_window", gemma2 ? 4096 : 0);
     if (c.swa_window < 0) throw DataLossError(str_cat(f.name(), ": ", a, "attention.sliding_window is ", c.swa_window));
     c.swa_layers.assign(static_cast<size_t>(c.n_layer), false);
     const GgufValue* pattern = f.find(a + "attention.sliding_window_pattern");
@@ -351,15 +357,21 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
         throw DataLossError(str_cat(f.name(), ": ", a, "attention.sliding_window_pattern is not one flag per block"));
       for (uint64_t l = 0; l < pattern->count; ++l) c.swa_layers[l] = pattern->integer_at(l) != 0;
     } else {
-      const int64_t n = f.get_int(a + "attention.sliding_window_pattern", 6);
+      const int64_t n = f.get_int(a + "attention.sliding_window_pattern", gemma2 ? 2 : 6);
       if (n < 0) throw DataLossError(str_cat(f.name(), ": ", a, "attention.sliding_window_pattern is ", n));
       for (int64_t l = 0; l < c.n_layer; ++l) c.swa_layers[static_cast<size_t>(l)] = n == 0 || l % n < n - 1;
     }
-    c.rope_base_swa = static_cast<float>(f.get_float(a + "rope.freq_base_swa", 10000.0));
+    c.rope_base_swa = static_cast<float>(f.get_float(a + "rope.freq_base_swa", gemma2 ? c.rope_base : 10000.0));
+    c.rope_freq_scale_swa = gemma2 ? c.rope_freq_scale : 1.0f;
   }
-  c.final_logit_softcap = static_cast<float>(f.get_float(a + "final_logit_softcapping", 0.0));
-  if (!(c.final_logit_softcap >= 0) || !std::isfinite(c.final_logit_softcap))
-    throw DataLossError(str_cat(f.name(), ": ", a, "final_logit_softcapping is ", c.final_logit_softcap));
+  // Soft caps (gemma2 by default: 50 on attention scores, 30 on logits; gemma3 if given).
+  const auto cap = [&](const std::string& key, double fallback) {
+    const float v = static_cast<float>(f.get_float(a + key, fallback));
+    if (!(v >= 0) || !std::isfinite(v)) throw DataLossError(str_cat(f.name(), ": ", a, key, " is ", v));
+    return v;
+  };
+  c.final_logit_softcap = cap("final_logit_softcapping", gemma2 ? 30.0 : 0.0);
+  c.attn_softcap = gemma2 ? cap("attn_logit_softcapping", 50.0) : 0.0f;
   m->tokenizer_ = Tokenizer::from_gguf(f);
   c.n_vocab = m->tokenizer_->vocab_size();
 

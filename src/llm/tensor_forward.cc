@@ -188,7 +188,7 @@ void tensor_forward(const ModelConfig& c, const TensorWeights& w, std::span<cons
     ops::index_copy(values.reshape(flat), rows_of, ops::cast(v, DType::kF16), true);
     const Tensor att =
         ops::reshape(ops::paged_attention(q, keys.reshape(pool), values.reshape(pool), block_tables, seq_of, pos_of, scale,
-                                          swa ? c.swa_window : 0),
+                                          swa ? c.swa_window : 0, c.attn_softcap),
                      {T, q_dim});
     Tensor o = linear(att, L.wo);
     if (c.post_norms) o = ops::rms_norm(o, L.attn_post_norm, c.rms_eps);

@@ -146,6 +146,8 @@ std::vector<TensorMeta> infer_paged_attention(std::span<const TensorMeta> in, co
                                                        m->shape.str()));
   if (a.has("scale") && !std::isfinite(a.get_float("scale")))
     throw InvalidArgumentError(std::string(op) + ": scale must be finite");
+  if (a.has("softcap") && !(a.get_float("softcap") >= 0 && std::isfinite(a.get_float("softcap"))))
+    throw InvalidArgumentError(kiln::detail::str_cat(op, ": softcap must be a finite number >= 0, got ", a.get_float("softcap")));
   if (a.get_int("window", 0) < 0) throw InvalidArgumentError(kiln::detail::str_cat(op, ": window must be >= 0, got ", a.get_int("window", 0)));
   return {{q.shape, q.dtype}};
 }
@@ -153,7 +155,8 @@ std::vector<TensorMeta> infer_paged_attention(std::span<const TensorMeta> in, co
 KILN_REGISTER_OP(detail::make_def("paged_attention", "attention of queries over a paged KV cache (block tables)", 6,
                                   infer_paged_attention,
                                   {{"scale", AttrType::kFloat, "score scale, default 1/sqrt(d)"},
-                                   {"window", AttrType::kInt, "sliding window: the last `window` positions (0: all)"}},
+                                   {"window", AttrType::kInt, "sliding window: the last `window` positions (0: all)"},
+                                   {"softcap", AttrType::kFloat, "> 0: scores become softcap * tanh(score / softcap)"}},
                                   Differentiable::kNo));
 KILN_REGISTER_OP(detail::make_def("scaled_dot_product_attention", "softmax(q k^T * scale + mask) v, fused", -1, infer_attention,
                      {{"causal", AttrType::kBool, "query i attends to keys j <= i"},
@@ -208,7 +211,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 }
 
 Tensor paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_tables,
-                       const Tensor& seq_ids, const Tensor& positions, std::optional<double> scale, int64_t window) {
+                       const Tensor& seq_ids, const Tensor& positions, std::optional<double> scale, int64_t window, double softcap) {
   const char* op = "paged_attention";
   require_defined(op, "q", q);
   require_defined(op, "k_cache", k_cache);
@@ -219,6 +222,7 @@ Tensor paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_c
   Attrs a;
   if (scale) a.set("scale", *scale);
   if (window) a.set("window", window);
+  if (softcap != 0) a.set("softcap", softcap);
   const std::vector<Tensor> in{q, k_cache, v_cache, block_tables, seq_ids, positions};
   return call_op1(KILN_OP("paged_attention"), in, a);
 }

@@ -11,7 +11,9 @@
 // gate+up, NeoX RoPE over half of each head, LongRoPE factors and attention factor;
 // gemma3 with q/k norms, post-norms, GeGLU, scaled embeddings and a sliding window of 8
 // positions on layer 0 (a pattern of 2 and a final logit cap of 3 in the SentencePiece
-// one, a per-layer flag array in the BPE one), its global layer on another RoPE base),
+// one, a per-layer flag array in the BPE one), its global layer on another RoPE base;
+// gemma2 likewise without q/k norms, its window on layer 0 by default, scores capped at
+// 0.5 and logits at the default 30),
 // tokenizer kinds (the BPE phi3 with Phi-4-mini's gpt-4o pre-tokenizer)
 // (SentencePiece-style BPE with byte fallback, and byte-level BPE) and tied or separate
 // output heads alternate over the types. Quantised blocks are random bytes with small random scales, as the
@@ -42,7 +44,7 @@ namespace kiln::llm::testing {
 struct TinyModel {
   std::string name;  // "q4_K-llama-spm": the fixture files' stem
   GgmlType type;
-  std::string arch;  // "llama", "qwen2", "qwen3", "phi3" or "gemma3"
+  std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "gemma2" or "gemma3"
   bool bpe;          // byte-level BPE ("gpt2"); else SentencePiece-style ("llama")
   bool tied;         // no output.weight: the head is the token embedding
   bool rope_freqs = false;  // llama with Llama 3's frequency factors (rope_freqs.weight)
@@ -70,6 +72,7 @@ inline std::vector<TinyModel> tiny_models() {
       {GgmlType::kF16, "f16", "llama", false, false, true}, {GgmlType::kQ4_K, "q4_K", "llama", true, true, true},
       {GgmlType::kQ4_0, "q4_0", "phi3", false, false, false, true}, {GgmlType::kQ8_0, "q8_0", "phi3", true, true},
       {GgmlType::kQ5_0, "q5_0", "gemma3", false, true}, {GgmlType::kF16, "f16", "gemma3", true, false},
+      {GgmlType::kQ4_1, "q4_1", "gemma2", false, true},
   };
   std::vector<TinyModel> out;
   for (const Row& r : rows)
@@ -257,7 +260,7 @@ inline std::string tiny_model_gguf(const TinyModel& m) {
       if (std::find(v.tokens.begin(), v.tokens.end(), s) == v.tokens.end())
         v.tokens.push_back(s), v.scores.push_back(0), v.types.push_back(3);
   const int64_t n_vocab = static_cast<int64_t>(v.tokens.size()), kv_dim = kHeadKv * kHeadDim;
-  const bool phi3 = m.arch == "phi3", gemma3 = m.arch == "gemma3";
+  const bool phi3 = m.arch == "phi3", gemma2 = m.arch == "gemma2", gemma3 = m.arch == "gemma3";
   const int64_t n_rot = phi3 ? kHeadDim / 2 : kHeadDim;
   Rng rng{0x6b696c6e + static_cast<uint64_t>(m.type) * 1000003u};
   std::vector<Tensor> ts;
@@ -289,7 +292,7 @@ inline std::string tiny_model_gguf(const TinyModel& m) {
       vec(p + "attn_k_norm.weight", kHeadDim, 0.5f, 1.5f);
     }
     matrix(p + "attn_output.weight", kEmbd, kHead * kHeadDim);
-    if (gemma3) vec(p + "post_attention_norm.weight", kEmbd, 0.8f, 1.2f);
+    if (gemma2 || gemma3) vec(p + "post_attention_norm.weight", kEmbd, 0.8f, 1.2f);
     vec(p + "ffn_norm.weight", kEmbd, 0.8f, 1.2f);
     if (phi3) {
       matrix(p + "ffn_up.weight", 2 * kFf, kEmbd);  // the gate's rows, then up's
@@ -298,7 +301,7 @@ inline std::string tiny_model_gguf(const TinyModel& m) {
       matrix(p + "ffn_up.weight", kFf, kEmbd);
     }
     matrix(p + "ffn_down.weight", kEmbd, kFf);
-    if (gemma3) vec(p + "post_ffw_norm.weight", kEmbd, 0.8f, 1.2f);
+    if (gemma2 || gemma3) vec(p + "post_ffw_norm.weight", kEmbd, 0.8f, 1.2f);
   }
   vec("output_norm.weight", kEmbd, 0.8f, 1.2f);
   if (!m.tied) matrix("output.weight", n_vocab, kEmbd);
@@ -327,6 +330,10 @@ inline std::string tiny_model_gguf(const TinyModel& m) {
     kv.kv_u32(a + "rope.scaling.original_context_length", m.long_rope ? 64 : 4096);
     kv.kv_f32(a + "rope.scaling.attn_factor", 1.19f);
     kv.kv_u32(a + "attention.sliding_window", 48);  // (not applied, as in llama.cpp)
+  }
+  if (gemma2) {
+    kv.kv_u32(a + "attention.sliding_window", 8);
+    kv.kv_f32(a + "attn_logit_softcapping", 0.5f);
   }
   if (gemma3) {
     kv.kv_u32(a + "attention.sliding_window", 8);

@@ -1,6 +1,6 @@
 // Tiny random-weight models of every GGUF tensor type (tests/llm/tiny_model.h: F32, F16,
 // BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; llama, llama with Llama 3's rope
-// frequency factors, qwen2, qwen3, phi3, gemma3; SentencePiece and
+// frequency factors, qwen2, qwen3, phi3, gemma2, gemma3; SentencePiece and
 // byte-level BPE tokenizers; tied and separate heads) against llama.cpp on the same
 // files (fixtures from `bench/peers/make_llm_fixtures.py tiny`): the prompts' token ids
 // exactly; the first-step logits against llama.cpp's and against a float64 NumPy forward
@@ -198,9 +198,10 @@ TEST(TinyModelFiles, Phi3PicksItsRopeFactorsByContextAndStripsAfterItsTokens) {
   EXPECT_NE(back.find("\n  hat"), std::string::npos) << back;
 }
 
-// Gemma 3's hyperparameters as llama.cpp reads them: the sliding-window layers from a
-// pattern or a per-layer array, the logit cap (checked), scaled embeddings.
-TEST(TinyModelFiles, Gemma3ReadsItsWindowsAndCaps) {
+// Gemma's hyperparameters as llama.cpp reads them: the sliding-window layers from a
+// pattern or a per-layer array, the logit caps (checked; Gemma 2's defaults), scaled
+// embeddings, the local layers' RoPE base.
+TEST(TinyModelFiles, GemmaReadsItsWindowsAndCaps) {
   const auto load_bytes = [](const std::string& bytes) {
     const kiln::testing::TempDir dir("tiny_gemma3");
     const std::string path = dir.path() + "/m.gguf";
@@ -226,6 +227,14 @@ TEST(TinyModelFiles, Gemma3ReadsItsWindowsAndCaps) {
     EXPECT_TRUE(c.qk_norm && c.post_norms && c.gelu && c.rope_neox);
   }
   EXPECT_FLOAT_EQ(load_bytes(spm)->config().final_logit_softcap, 3.0f);
+  EXPECT_FLOAT_EQ(load_bytes(spm)->config().attn_softcap, 0.0f);
+  const auto g2 = load_bytes(testing::tiny_model_gguf(find("q4_1-gemma2-spm")));  // window 8, score cap 0.5, no other keys
+  EXPECT_EQ(g2->config().swa_layers, (std::vector<bool>{true, false}));  // every other layer
+  EXPECT_EQ(g2->config().swa_window, 8);
+  EXPECT_FLOAT_EQ(g2->config().attn_softcap, 0.5f);
+  EXPECT_FLOAT_EQ(g2->config().final_logit_softcap, 30.0f);
+  EXPECT_FLOAT_EQ(g2->config().rope_base_swa, g2->config().rope_base);
+  EXPECT_FALSE(g2->config().qk_norm);
   const std::string key = "gemma3.final_logit_softcapping";
   for (const float bad : {-1.0f, std::numeric_limits<float>::quiet_NaN()}) {
     std::string bytes = spm;

@@ -273,12 +273,12 @@ TEST(NnOps, AreRegisteredDifferentiableWithCpuKernels) {
 
 // Two sequences over a pool of 6 blocks of 3 positions (non-contiguous block tables,
 // grouped-query heads), five queries at various positions, against a float64 loop;
-// window > 0: each query sees its last `window` positions only.
+// window > 0: each query sees its last `window` positions only; softcap > 0: scores capped.
 struct PagedCase {
   Tensor q, k, v, tables, seqs, pos;
   std::vector<double> want;  // [T, H, d]
 };
-PagedCase paged_case(DType q_dtype, DType kv_dtype, int64_t window = 0) {
+PagedCase paged_case(DType q_dtype, DType kv_dtype, int64_t window = 0, double softcap = 0) {
   const int64_t T = 5, H = 4, d = 8, N = 6, B = 3, hkv = 2;
   PagedCase c;
   c.q = random_normal({T, H, d}, 0, 1, DType::kF32, 11).to(q_dtype);
@@ -299,6 +299,7 @@ PagedCase paged_case(DType q_dtype, DType kv_dtype, int64_t window = 0) {
         double dot = 0;
         for (int64_t i = 0; i < d; ++i) dot += static_cast<double>(q[static_cast<size_t>((t * H + h) * d + i)]) * k[static_cast<size_t>(at(p) + i)];
         sc[static_cast<size_t>(p)] = dot / std::sqrt(static_cast<double>(d));
+        if (softcap > 0) sc[static_cast<size_t>(p)] = softcap * std::tanh(sc[static_cast<size_t>(p)] / softcap);
         mx = std::max(mx, sc[static_cast<size_t>(p)]);
       }
       for (int64_t p = lo; p < n; ++p) sum += sc[static_cast<size_t>(p)] = std::exp(sc[static_cast<size_t>(p)] - mx);
@@ -311,10 +312,11 @@ PagedCase paged_case(DType q_dtype, DType kv_dtype, int64_t window = 0) {
   return c;
 }
 
-void expect_paged_matches(Device device, DType q_dtype, DType kv_dtype, double tol, int64_t window = 0) {
-  const PagedCase c = paged_case(q_dtype, kv_dtype, window);
+void expect_paged_matches(Device device, DType q_dtype, DType kv_dtype, double tol, int64_t window = 0,
+                          double softcap = 0) {
+  const PagedCase c = paged_case(q_dtype, kv_dtype, window, softcap);
   const Tensor got = paged_attention(c.q.to(device), c.k.to(device), c.v.to(device), c.tables.to(device), c.seqs.to(device),
-                                     c.pos.to(device), std::nullopt, window);
+                                     c.pos.to(device), std::nullopt, window, softcap);
   ASSERT_EQ(got.shape(), c.q.shape());
   ASSERT_EQ(got.dtype(), q_dtype);
   const std::vector<float> g = got.to(Device::cpu()).to_vector<float>();
@@ -331,10 +333,15 @@ TEST(PagedAttention, MatchesAFloat64LoopOverTheBlockTables) {
   // Sliding windows: 3 positions (queries at 7 and 8 see 5-7 and 6-8, one block's
   // boundary crossed), 1 (itself only), and one longer than every sequence (all).
   for (const int64_t window : {3, 1, 100}) expect_paged_matches(Device::cpu(), DType::kF32, DType::kF16, 1e-5, window);
+  // Gemma 2's soft cap (scores of ~N(0, 1) here, so a cap of 0.5 bends most of them).
+  expect_paged_matches(Device::cpu(), DType::kF32, DType::kF16, 1e-5, 0, 0.5);
+  expect_paged_matches(Device::cpu(), DType::kF32, DType::kF16, 1e-5, 3, 0.5);
   const PagedCase c = paged_case(DType::kF32, DType::kF16);
   const Tensor all = paged_attention(c.q, c.k, c.v, c.tables, c.seqs, c.pos);
   const Tensor windowed = paged_attention(c.q, c.k, c.v, c.tables, c.seqs, c.pos, std::nullopt, 3);
   EXPECT_NE(all.to_vector<float>(), windowed.to_vector<float>());  // (the window changes something)
+  const Tensor capped = paged_attention(c.q, c.k, c.v, c.tables, c.seqs, c.pos, std::nullopt, 0, 0.5);
+  EXPECT_NE(all.to_vector<float>(), capped.to_vector<float>());
 }
 
 TEST(PagedAttention, BadInputsAreTypedErrors) {
@@ -351,6 +358,8 @@ TEST(PagedAttention, BadInputsAreTypedErrors) {
   EXPECT_KILN_ERROR(call(c.q.to(DType::kF64), c.k, c.tables, c.seqs, c.pos), kInvalidArgument, "f32, f16 or bf16");
   EXPECT_KILN_ERROR(paged_attention(c.q, c.k, c.v, c.tables, c.seqs, c.pos, std::nullopt, -1), kInvalidArgument,
                     "window must be >= 0");
+  EXPECT_KILN_ERROR(paged_attention(c.q, c.k, c.v, c.tables, c.seqs, c.pos, std::nullopt, 0, -1.0), kInvalidArgument,
+                    "softcap must be");
   EXPECT_KILN_ERROR(call(c.q, c.k, c.tables, Tensor::from_vector<int32_t>({0, 0, 2, 1, 0}, {5}), c.pos), kOutOfRange,
                     "names sequence 2");
   EXPECT_KILN_ERROR(call(c.q, c.k, c.tables, c.seqs, Tensor::from_vector<int32_t>({7, 9, 0, 4, 2}, {5})), kOutOfRange,
@@ -369,6 +378,7 @@ TEST(PagedAttention, OnCudaMatchesTheReference) {
   expect_paged_matches(cuda, DType::kBF16, DType::kF16, 2e-2);
   expect_paged_matches(cuda, DType::kF16, DType::kBF16, 4e-3);
   for (const int64_t window : {3, 1}) expect_paged_matches(cuda, DType::kF32, DType::kF16, 1e-5, window);
+  expect_paged_matches(cuda, DType::kF32, DType::kF16, 1e-5, 3, 0.5);
 }
 
 }  // namespace

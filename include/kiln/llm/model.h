@@ -1,11 +1,12 @@
 #pragma once
-// Decoder-only transformers of the llama family (llama, mistral, qwen2, qwen3, phi3, gemma3) from
+// Decoder-only transformers of the llama family (llama, mistral, qwen2, qwen3, phi3, gemma2,
+// gemma3) from
 // GGUF: token embedding, RMSNorm, rotary position embedding (GGUF's normal or neox pairing,
 // over all or the first n_rot dimensions of a head; Llama 3's per-pair frequency factors,
 // rope_freqs.weight, when the file has them; Phi-3's LongRoPE: short or long factors by the
 // context size, and its attention factor; qwen3's and gemma3's per-head RMSNorm of q and k
-// before it; gemma3's sliding-window layers with their own RoPE base, scaled embeddings,
-// post-norms and GeGLU),
+// before it; Gemma's sliding-window layers with their own RoPE base, scaled embeddings,
+// post-norms, GeGLU and soft caps),
 // grouped-query attention over the paged KV cache, SwiGLU MLP, tied or separate output
 // head. Phi-3's fused attn_qkv and gate+up (ffn_up of 2 x n_ff rows) are read as views of
 // their row ranges; its sliding window (phi3.attention.sliding_window) is not applied, as
@@ -66,19 +67,21 @@ struct ModelConfig {
   bool qkv_bias = false;
   bool qk_norm = false;          // qwen3, gemma3: each head of q and k RMS-normalised (weights of head_dim) before RoPE
   float attn_scale = 0;          // scores are scale * q.k: 1/sqrt(head_dim) (gemma3 27B: 1/sqrt(n_embd / n_head))
-  // gemma3: token embeddings times sqrt(n_embd); each block's attention and MLP outputs
+  // gemma2, gemma3: token embeddings times sqrt(n_embd); each block's attention and MLP outputs
   // RMS-normalised (attn_post_norm, ffn_post_norm) before their residual adds; GeGLU
   // (GELU, tanh form, of the gate) instead of SwiGLU.
   float embed_scale = 1.0f;
   bool post_norms = false;
   bool gelu = false;
   float final_logit_softcap = 0;  // > 0: logits become c * tanh(logits / c)
-  // Sliding-window attention (gemma3): in the layers swa_layers marks, a query attends to
-  // its last swa_window positions only (itself included), with RoPE base rope_base_swa
-  // and no scaling or factors; the other layers see the whole context. 0: none.
+  float attn_softcap = 0;         // > 0: attention scores (scaled) become c * tanh(s / c) (gemma2)
+  // Sliding-window attention (gemma2, gemma3): in the layers swa_layers marks, a query
+  // attends to its last swa_window positions only (itself included), with RoPE base
+  // rope_base_swa, scale rope_freq_scale_swa and no factors; the other layers see the
+  // whole context. 0: none.
   int64_t swa_window = 0;
   std::vector<bool> swa_layers;
-  float rope_base_swa = 10000.0f;
+  float rope_base_swa = 10000.0f, rope_freq_scale_swa = 1.0f;
   int64_t kv_dim() const { return n_head_kv * head_dim; }
   bool is_swa(int64_t layer) const { return swa_window > 0 && swa_layers[static_cast<size_t>(layer)]; }
 };

@@ -179,15 +179,16 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 //   positions    i32 [T]: query t attends to positions 0 .. positions[t] of its sequence
 //                (window > 0: only the last `window` of them, positions[t] - window + 1
 //                on: sliding-window attention)
-// -> [T, H, d] in q's dtype: softmax over those positions of scale * q.k, times v; query
+// -> [T, H, d] in q's dtype: softmax over those positions of scale * q.k (softcap > 0:
+// of softcap * tanh(scale * q.k / softcap), Gemma 2's capped scores), times v; query
 // head h reads KV head h / (H / Hkv) (grouped-query attention); sums in f32. scale
 // defaults to 1/sqrt(d). Not differentiable. Errors: ranks, shapes, dtypes, H not a
-// multiple of Hkv, a negative window (InvalidArgumentError); on the CPU a sequence id, a position past M*B
+// multiple of Hkv, a negative window or softcap (InvalidArgumentError); on the CPU a sequence id, a position past M*B
 // or a block id outside the pool (OutOfRangeError; on CUDA they are the caller's
 // contract, not checked).
 Tensor paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_tables,
                        const Tensor& seq_ids, const Tensor& positions, std::optional<double> scale = std::nullopt,
-                       int64_t window = 0);
+                       int64_t window = 0, double softcap = 0);
 
 // ---- int8 inference (post-training quantisation) ------------------------------------
 //

@@ -189,6 +189,7 @@ void paged_attention_typed(OpContext& ctx) {
   const float scale = static_cast<float>(ctx.attrs.has("scale") ? ctx.attrs.get_float("scale")
                                                                 : 1.0 / std::sqrt(static_cast<double>(d)));
   const int64_t window = ctx.attrs.get_int("window", 0);
+  const float softcap = static_cast<float>(ctx.attrs.has("softcap") ? ctx.attrs.get_float("softcap") : 0.0);
   const int32_t* tab = static_cast<const int32_t*>(tables.raw_data());
   const int32_t* seq = static_cast<const int32_t*>(ctx.in[4].raw_data());
   const int32_t* pos = static_cast<const int32_t*>(ctx.in[5].raw_data());
@@ -225,7 +226,7 @@ void paged_attention_typed(OpContext& ctx) {
           const KV* k = row(kd, p);
           float dot = 0;
           for (int64_t i = 0; i < d; ++i) dot += qf[static_cast<size_t>(i)] * static_cast<float>(k[i]);
-          sc[static_cast<size_t>(p)] = dot * scale;
+          sc[static_cast<size_t>(p)] = softcap > 0 ? softcap * std::tanh(dot * scale / softcap) : dot * scale;
           mx = std::max(mx, sc[static_cast<size_t>(p)]);
         }
         float sum = 0;

@@ -85,6 +85,7 @@ void paged_attention(OpContext& ctx) {
   p.scale = static_cast<float>(ctx.attrs.has("scale") ? ctx.attrs.get_float("scale") : 1.0 / std::sqrt(static_cast<double>(p.d)));
   const int64_t window = ctx.attrs.get_int("window", 0);
   p.window = static_cast<int>(std::min<int64_t>(window, 0x7fffffff));
+  p.softcap = static_cast<float>(ctx.attrs.has("softcap") ? ctx.attrs.get_float("softcap") : 0.0);
   if (p.d > kPagedMaxHeadDim)
     throw UnimplementedError("paged_attention on CUDA: head size " + std::to_string(p.d) + " (at most " +
                              std::to_string(kPagedMaxHeadDim) + ")");

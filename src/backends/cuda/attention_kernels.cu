@@ -251,6 +251,7 @@ __global__ void paged_attention_kernel(PagedAttentionProblem p) {
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    if (p.softcap > 0) dot = p.softcap * tanhf(dot / p.softcap);
     const float m_new = fmaxf(m, dot), alpha = __expf(m - m_new), w = __expf(dot - m_new);
     l = l * alpha + w;
 #pragma unroll

@@ -43,7 +43,8 @@ struct PagedAttentionProblem {
   int64_t T = 0;
   int H = 0, d = 0, B = 0, hkv = 0, M = 0;
   float scale = 1.0f;
-  int window = 0;  // > 0: the last `window` positions only (sliding window)
+  int window = 0;      // > 0: the last `window` positions only (sliding window)
+  float softcap = 0;   // > 0: scores become softcap * tanh(score / softcap)
 };
 constexpr int kPagedMaxHeadDim = 256;
 
