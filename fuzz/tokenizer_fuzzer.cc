@@ -20,7 +20,8 @@ struct Vocabs {
   std::vector<std::shared_ptr<const kiln::llm::GgufFile>> files;
   std::vector<std::shared_ptr<const kiln::llm::Tokenizer>> tokenizers;
   Vocabs() {
-    for (const char* name : {"gpt-2", "llama-spm", "llama-bpe", "qwen2"}) {
+    // (phi-3: special tokens that swallow the whitespace after them)
+    for (const char* name : {"gpt-2", "llama-spm", "llama-bpe", "qwen2", "phi-3"}) {
       files.push_back(kiln::llm::GgufFile::open(std::string(kLlamaCppDir) + "/models/ggml-vocab-" + name + ".gguf"));
       tokenizers.push_back(kiln::llm::Tokenizer::from_gguf(*files.back()));
     }
