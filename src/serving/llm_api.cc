@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -303,17 +304,29 @@ struct Call : std::enable_shared_from_this<Call> {
            ", \"prompt_tokens_details\": {\"cached_tokens\": " + std::to_string(cached_tokens) + "}}";
   }
 
-  // "tool_calls": [{"index", "id", "type", "function": {"name", "arguments"}}] (the index in streamed deltas).
+  // One call of "tool_calls": {"index" (streamed deltas), "id", "type", "function": {"name",
+  // "arguments"}}; a streamed call's later deltas (no id) carry its index and more arguments.
+  static void append_call(std::string& out, std::optional<size_t> index, const std::string& id, const std::string& name,
+                          const std::string& arguments) {
+    out += "{";
+    if (index) out += "\"index\": " + std::to_string(*index) + ", ";
+    if (!id.empty()) {
+      out += "\"id\": \"" + id + "\", \"type\": \"function\", \"function\": {\"name\": ";
+      append_json_string(out, name);
+      out += ", ";
+    } else {
+      out += "\"function\": {";
+    }
+    out += "\"arguments\": ";
+    append_json_string(out, arguments);
+    out += "}}";
+  }
+
   void append_tool_calls(std::string& out, const Choice& c, bool indexed) const {
     out += "\"tool_calls\": [";
     for (size_t k = 0; k < c.calls.size(); ++k) {
-      out += k ? ", {" : "{";
-      if (indexed) out += "\"index\": " + std::to_string(k) + ", ";
-      out += "\"id\": \"" + c.calls[k].id + "\", \"type\": \"function\", \"function\": {\"name\": ";
-      append_json_string(out, c.calls[k].name);
-      out += ", \"arguments\": ";
-      append_json_string(out, c.calls[k].arguments);
-      out += "}}";
+      if (k) out += ", ";
+      append_call(out, indexed ? std::optional<size_t>(k) : std::nullopt, c.calls[k].id, c.calls[k].name, c.calls[k].arguments);
     }
     out += "]";
   }
@@ -359,17 +372,9 @@ struct Call : std::enable_shared_from_this<Call> {
         c.calls[p.index].id = call_id();
       }
       std::string out = "data: " + head("chat.completion.chunk") + ", \"choices\": [{\"index\": " + std::to_string(i) +
-                        ", \"delta\": {\"tool_calls\": [{\"index\": " + std::to_string(p.index) + ", ";
-      if (p.begins) {
-        out += "\"id\": \"" + c.calls[p.index].id + "\", \"type\": \"function\", \"function\": {\"name\": ";
-        append_json_string(out, p.name);
-        out += ", ";
-      } else {
-        out += "\"function\": {";
-      }
-      out += "\"arguments\": ";
-      append_json_string(out, p.arguments);
-      out += "}}]}, \"logprobs\": null, \"finish_reason\": null}]}\n\n";
+                        ", \"delta\": {\"tool_calls\": [";
+      append_call(out, p.index, p.begins ? c.calls[p.index].id : std::string(), p.name, p.arguments);
+      out += "]}, \"logprobs\": null, \"finish_reason\": null}]}\n\n";
       if (!stream->write(std::move(out))) cancelled->store(true);
     }
   }

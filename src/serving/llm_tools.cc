@@ -297,7 +297,7 @@ void AnswerStreamer::end_value(Delta& d) {
   if (role_ == Role::kName && lex_ == Lex::kString && calls_[call_].name.empty()) {
     ToolCall& call = calls_[call_];
     call.name = text_.empty() ? std::string("?") : text_;  // (the schema names a tool: never empty)
-    ++named_;
+    named_ = true;
     d.calls.push_back(CallPiece{call_, true, call.name, call.arguments});
   }
   role_ = Role::kOther;

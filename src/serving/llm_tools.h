@@ -108,7 +108,7 @@ class AnswerStreamer {
   // The calls read so far, named or not (the last one may be partial).
   const std::vector<ToolCall>& calls() const { return calls_; }
   // Some call's name was given.
-  bool streams_calls() const { return named_ > 0; }
+  bool streams_calls() const { return named_; }
 
  private:
   enum class Lex { kValue, kKeyOrClose, kKey, kColon, kAfter, kString, kLiteral, kDone, kOff };
@@ -136,7 +136,7 @@ class AnswerStreamer {
   size_t capturing_ = 0;  // inside a call's arguments: the depth its value closes at (0: not)
   size_t call_ = 0;       // the call whose name or arguments are read
   std::vector<ToolCall> calls_;
-  size_t named_ = 0;
+  bool named_ = false;
   bool listed_ = false;  // the "tool_calls" list was opened
 };
 
