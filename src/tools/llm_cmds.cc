@@ -327,6 +327,11 @@ int run_show_gguf(const std::string& path) {
     std::printf("  rope frequency factors: %zu, %g to %g\n", c.rope_freq_factors.size(), *lo, *hi);
   }
   if (c.rope_attn_factor != 1.0f) std::printf("  rope attention factor %g\n", c.rope_attn_factor);
+  if (c.swa_window > 0)
+    std::printf("  sliding window %lld on %lld of %lld blocks (rope base %g)\n", (long long)c.swa_window,
+                (long long)std::count(c.swa_layers.begin(), c.swa_layers.end(), true), (long long)c.n_layer, c.rope_base_swa);
+  if (c.attn_softcap > 0 || c.final_logit_softcap > 0)
+    std::printf("  soft caps: attention scores %g, logits %g (0: none)\n", c.attn_softcap, c.final_logit_softcap);
   std::map<std::string, std::pair<int, size_t>> types;
   int64_t params = 0;
   for (const llm::GgufTensor& t : f.tensors()) {
