@@ -80,19 +80,41 @@ TEST_P(TinyModels, MatchLlamaCpp) {
   std::printf("%s: %d of %zu continuations identical\n", tm.name.c_str(), identical, cases.size());
 }
 
+// A GGUF file's bytes, written to a temporary file and loaded for `context` positions.
+std::shared_ptr<const Model> load_bytes(const std::string& bytes, int64_t context = 0) {
+  const kiln::testing::TempDir dir("tiny_file");
+  const std::string path = dir.path() + "/m.gguf";
+  std::ofstream(path, std::ios::binary) << bytes;
+  ModelLoadOptions o;
+  o.context_length = context;
+  return Model::load(path, o);
+}
+
+testing::TinyModel find(const std::string& name) {
+  const std::vector<testing::TinyModel> all = testing::tiny_models();
+  return *std::find_if(all.begin(), all.end(), [&](const testing::TinyModel& m) { return m.name == name; });
+}
+
+// The file with each of `values` as its f32 metadata `key` (the value follows the key and
+// its 4-byte type) is a DataLossError naming the key.
+void expect_bad_f32_named(const std::string& bytes, const std::string& key, std::initializer_list<float> values) {
+  for (const float bad : values) {
+    std::string changed = bytes;
+    const size_t at = changed.find(key);
+    ASSERT_NE(at, std::string::npos) << key;
+    std::memcpy(changed.data() + at + key.size() + 4, &bad, 4);
+    try {
+      load_bytes(changed);
+      ADD_FAILURE() << key << " = " << bad << " was taken";
+    } catch (const DataLossError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Files kiln cannot run right: typed errors naming what is wrong (a bad RoPE factor, a
 // mixture of experts, an unknown architecture).
 TEST(TinyModelFiles, BadFactorsAndUnknownArchitecturesAreNamed) {
-  const auto load_bytes = [](const std::string& bytes) {
-    const kiln::testing::TempDir dir("tiny_bad");
-    const std::string path = dir.path() + "/m.gguf";
-    std::ofstream(path, std::ios::binary) << bytes;
-    return Model::load(path);
-  };
-  const std::vector<testing::TinyModel> all = testing::tiny_models();
-  const auto find = [&](const std::string& name) {
-    return *std::find_if(all.begin(), all.end(), [&](const testing::TinyModel& m) { return m.name == name; });
-  };
   // rope_freqs.weight is the file's last tensor: its last factor is the last 4 bytes.
   std::string llama3 = testing::tiny_model_gguf(find("f16-llama3-spm"));
   ASSERT_NO_THROW(load_bytes(llama3));
@@ -138,18 +160,6 @@ TEST(TinyModelFiles, BadFactorsAndUnknownArchitecturesAreNamed) {
 // ids below are llama-tokenize's on the same files: `build/default/tests/kiln_tiny_gguf
 // DIR; llama-tokenize -m DIR/q4_0-phi3-spm.gguf -p "$TEXT" --ids`).
 TEST(TinyModelFiles, Phi3PicksItsRopeFactorsByContextAndStripsAfterItsTokens) {
-  const auto load_bytes = [](const std::string& bytes, int64_t context = 0) {
-    const kiln::testing::TempDir dir("tiny_phi3");
-    const std::string path = dir.path() + "/m.gguf";
-    std::ofstream(path, std::ios::binary) << bytes;
-    ModelLoadOptions o;
-    o.context_length = context;
-    return Model::load(path, o);
-  };
-  const std::vector<testing::TinyModel> all = testing::tiny_models();
-  const auto find = [&](const std::string& name) {
-    return *std::find_if(all.begin(), all.end(), [&](const testing::TinyModel& m) { return m.name == name; });
-  };
   const std::string long_bytes = testing::tiny_model_gguf(find("q4_0-phi3-spm"));  // original context 64
   const auto factors = [](const Model& m, const char* name) { return m.file().dequantize(*m.file().find_tensor(name)); };
   for (const int64_t context : {int64_t{0}, int64_t{65}, int64_t{256}, int64_t{100000}}) {
@@ -166,20 +176,7 @@ TEST(TinyModelFiles, Phi3PicksItsRopeFactorsByContextAndStripsAfterItsTokens) {
   const auto short_model = load_bytes(testing::tiny_model_gguf(find("q8_0-phi3-bpe")));  // original context 4096
   EXPECT_EQ(short_model->config().rope_freq_factors, factors(*short_model, "rope_factors_short.weight"));
 
-  // A bad attention factor: named. (The f32 value follows its key and a 4-byte type.)
-  const std::string key = "phi3.rope.scaling.attn_factor";
-  for (const float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity()}) {
-    std::string bytes = long_bytes;
-    const size_t at = bytes.find(key);
-    ASSERT_NE(at, std::string::npos);
-    std::memcpy(bytes.data() + at + key.size() + 4, &bad, 4);
-    try {
-      load_bytes(bytes);
-      ADD_FAILURE() << "an attention factor of " << bad << " was taken";
-    } catch (const DataLossError& e) {
-      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
-    }
-  }
+  expect_bad_f32_named(long_bytes, "phi3.rope.scaling.attn_factor", {0.0f, -1.0f, std::numeric_limits<float>::infinity()});
 
   const std::string text = "<|user|>\n the cat<|end|>\n<|assistant|>\n  hat</s> \n<s>  x";
   const auto m = load_bytes(long_bytes);
@@ -202,16 +199,6 @@ TEST(TinyModelFiles, Phi3PicksItsRopeFactorsByContextAndStripsAfterItsTokens) {
 // pattern or a per-layer array, the logit caps (checked; Gemma 2's defaults), scaled
 // embeddings, the local layers' RoPE base.
 TEST(TinyModelFiles, GemmaReadsItsWindowsAndCaps) {
-  const auto load_bytes = [](const std::string& bytes) {
-    const kiln::testing::TempDir dir("tiny_gemma3");
-    const std::string path = dir.path() + "/m.gguf";
-    std::ofstream(path, std::ios::binary) << bytes;
-    return Model::load(path);
-  };
-  const std::vector<testing::TinyModel> all = testing::tiny_models();
-  const auto find = [&](const std::string& name) {
-    return *std::find_if(all.begin(), all.end(), [&](const testing::TinyModel& m) { return m.name == name; });
-  };
   const std::string spm = testing::tiny_model_gguf(find("q5_0-gemma3-spm"));  // pattern 2, cap 3
   for (const std::string& bytes : {spm, testing::tiny_model_gguf(find("f16-gemma3-bpe"))}) {  // flags {1, 0}
     const auto m = load_bytes(bytes);
@@ -235,19 +222,7 @@ TEST(TinyModelFiles, GemmaReadsItsWindowsAndCaps) {
   EXPECT_FLOAT_EQ(g2->config().final_logit_softcap, 30.0f);
   EXPECT_FLOAT_EQ(g2->config().rope_base_swa, g2->config().rope_base);
   EXPECT_FALSE(g2->config().qk_norm);
-  const std::string key = "gemma3.final_logit_softcapping";
-  for (const float bad : {-1.0f, std::numeric_limits<float>::quiet_NaN()}) {
-    std::string bytes = spm;
-    const size_t at = bytes.find(key);
-    ASSERT_NE(at, std::string::npos);
-    std::memcpy(bytes.data() + at + key.size() + 4, &bad, 4);
-    try {
-      load_bytes(bytes);
-      ADD_FAILURE() << "a logit cap of " << bad << " was taken";
-    } catch (const DataLossError& e) {
-      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
-    }
-  }
+  expect_bad_f32_named(spm, "gemma3.final_logit_softcapping", {-1.0f, std::numeric_limits<float>::quiet_NaN()});
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryTensorType, TinyModels, ::testing::ValuesIn(testing::tiny_models()),
