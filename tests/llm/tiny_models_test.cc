@@ -225,6 +225,44 @@ TEST(TinyModelFiles, GemmaReadsItsWindowsAndCaps) {
   expect_bad_f32_named(spm, "gemma3.final_logit_softcapping", {-1.0f, std::numeric_limits<float>::quiet_NaN()});
 }
 
+// Sliding windows on the CPU kernels, whose attention starts each query at its window's
+// first block: a 45-token prompt (the window of 8 starting inside blocks and whole blocks
+// behind it) gives the same logits, bit for bit, for every block size (16; 8, 24, 5: padded
+// lanes, half-empty lane groups, odd), and three sequences in one batch, then a decode
+// step of all three, give each one's logits alone.
+TEST(TinyModelFiles, SlidingWindowsHoldAcrossBlockSizesAndBatches) {
+  const auto m = load_bytes(testing::tiny_model_gguf(find("q4_1-gemma2-spm")));
+  ASSERT_TRUE(m->config().is_swa(0));
+  const int64_t V = m->config().n_vocab;
+  std::vector<std::vector<TokenId>> prompts(3);
+  for (int i = 0; i < 45; ++i) prompts[0].push_back((i * 37 + 11) % 300 + 3);
+  prompts[1].assign(prompts[0].begin(), prompts[0].begin() + 20);
+  prompts[2] = {5, 17, 99};
+  const auto run = [&](const std::vector<std::vector<TokenId>>& seqs, int64_t block_tokens, bool decode) {
+    KvCache cache = m->make_cache({128, block_tokens});
+    std::vector<BatchToken> batch, step;
+    for (const std::vector<TokenId>& ids : seqs) {
+      const KvCache::SeqId s = cache.add_sequence();
+      for (size_t p = 0; p < ids.size(); ++p) batch.push_back({s, ids[p], static_cast<int64_t>(p), p + 1 == ids.size()});
+      step.push_back({s, 42, static_cast<int64_t>(ids.size()), true});
+    }
+    std::vector<float> out(seqs.size() * static_cast<size_t>(V));
+    m->forward(batch, cache, out.data());
+    if (decode) m->forward(step, cache, out.data());
+    return out;
+  };
+  const std::vector<float> base = run({prompts[0]}, 16, false);
+  for (const int64_t bs : {8, 24, 5}) EXPECT_EQ(base, run({prompts[0]}, bs, false)) << bs;
+  const std::vector<float> together = run(prompts, 16, true);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<TokenId> ids = prompts[i];
+    ids.push_back(42);
+    const std::vector<float> alone = run({ids}, 16, false);
+    EXPECT_EQ(alone, std::vector<float>(together.begin() + static_cast<int64_t>(i) * V, together.begin() + static_cast<int64_t>(i + 1) * V))
+        << "sequence " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryTensorType, TinyModels, ::testing::ValuesIn(testing::tiny_models()),
                          [](const ::testing::TestParamInfo<testing::TinyModel>& p) {
                            std::string n = p.param.name;
