@@ -151,8 +151,9 @@ def numpy_forward(reader, ids):
     attn_factor = float(field(a + "rope.scaling.attn_factor")[0]) if a + "rope.scaling.attn_factor" in reader.fields else 1.0
     gemma2, gemma3 = arch == "gemma2", arch == "gemma3"
     gemma = gemma2 or gemma3
-    window = int(field(a + "attention.sliding_window")[0]) if a + "attention.sliding_window" in reader.fields else (4096 if gemma2 else 0)
-    window = window if gemma else 0
+    window = 0
+    if gemma:
+        window = int(field(a + "attention.sliding_window")[0]) if a + "attention.sliding_window" in reader.fields else (4096 if gemma2 else 0)
     swa = [False] * n_layer
     if window:
         key = a + "attention.sliding_window_pattern"

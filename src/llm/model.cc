@@ -289,11 +289,13 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
   ModelConfig& c = m->config_;
   c.architecture = std::string(f.get_string("general.architecture"));
   c.name = std::string(f.get_string("general.name", ""));
+  static const char* const kArchitectures[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"};
+  if (std::find(std::begin(kArchitectures), std::end(kArchitectures), c.architecture) == std::end(kArchitectures)) {
+    std::string known;
+    for (const char* name : kArchitectures) known += (known.empty() ? "" : ", ") + std::string(name);
+    throw UnimplementedError(f.name() + ": architecture '" + c.architecture + "' is not supported (kiln runs " + known + ")");
+  }
   const bool phi3 = c.architecture == "phi3", gemma2 = c.architecture == "gemma2", gemma3 = c.architecture == "gemma3";
-  if (c.architecture != "llama" && c.architecture != "mistral" && c.architecture != "qwen2" && c.architecture != "qwen3" && !phi3 &&
-      !gemma2 && !gemma3)
-    throw UnimplementedError(f.name() + ": architecture '" + c.architecture +
-                             "' is not supported (kiln runs llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3)");
   const std::string a = c.architecture + ".";
   // Mixtral and its kin are "llama" files with experts: name that, not a missing tensor.
   if (const int64_t experts = f.get_int(a + "expert_count", 0); experts > 0)
@@ -382,12 +384,14 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
   w->output = c.tied_output ? w->embedding : matrix(f, "output.weight", c.n_embd, c.n_vocab);
   const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.kv_dim();
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.fused_qkv = f.find_tensor("blk.0.attn_qkv.weight") != nullptr;
+  c.fused_gate_up = phi3;  // (llama.cpp requires it there)
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     Weights::Layer L;
     L.attn_norm = vec(f, p + "attn_norm.weight", c.n_embd);
     L.ffn_norm = vec(f, p + "ffn_norm.weight", c.n_embd);
-    if (f.find_tensor(p + "attn_qkv.weight")) {  // fused (phi3): q, k and v rows, one after the other
+    if (c.fused_qkv) {
       const QMatrix qkv = matrix(f, p + "attn_qkv.weight", c.n_embd, q_dim + 2 * kv_dim);
       L.wq = row_range(qkv, 0, q_dim), L.wk = row_range(qkv, q_dim, kv_dim), L.wv = row_range(qkv, q_dim + kv_dim, kv_dim);
     } else {
@@ -396,7 +400,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
       L.wv = matrix(f, p + "attn_v.weight", c.n_embd, kv_dim);
     }
     L.wo = matrix(f, p + "attn_output.weight", q_dim, c.n_embd);
-    if (phi3) {  // ffn_up holds the gate's rows, then the up projection's (ggml's swiglu halves)
+    if (c.fused_gate_up) {  // (ggml's swiglu halves)
       const QMatrix gate_up = matrix(f, p + "ffn_up.weight", c.n_embd, 2 * c.n_ff);
       L.gate = row_range(gate_up, 0, c.n_ff), L.up = row_range(gate_up, c.n_ff, c.n_ff);
     } else {

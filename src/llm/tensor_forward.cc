@@ -93,12 +93,12 @@ std::unique_ptr<TensorWeights> load_tensor_weights(const GgufFile& f, const Mode
     TensorWeights::Layer L;
     L.attn_norm = f32(p + "attn_norm.weight", {d});
     L.ffn_norm = f32(p + "ffn_norm.weight", {d});
-    L.wqkv = f.find_tensor(p + "attn_qkv.weight")  // fused in the file (phi3) in the same order
+    L.wqkv = c.fused_qkv  // fused in the file in the same order
                  ? mat(p + "attn_qkv.weight", q_dim + 2 * kv_dim, d)
                  : stacked({{p + "attn_q.weight", q_dim}, {p + "attn_k.weight", kv_dim}, {p + "attn_v.weight", kv_dim}}, d, true);
     L.wo = mat(p + "attn_output.weight", d, q_dim);
-    L.gate_up = c.architecture == "phi3" ? mat(p + "ffn_up.weight", 2 * c.n_ff, d)
-                                         : stacked({{p + "ffn_gate.weight", c.n_ff}, {p + "ffn_up.weight", c.n_ff}}, d, true);
+    L.gate_up = c.fused_gate_up ? mat(p + "ffn_up.weight", 2 * c.n_ff, d)
+                                : stacked({{p + "ffn_gate.weight", c.n_ff}, {p + "ffn_up.weight", c.n_ff}}, d, true);
     L.down = mat(p + "ffn_down.weight", d, c.n_ff);
     if (c.qk_norm) {
       L.q_norm = f32(p + "attn_q_norm.weight", {c.head_dim});

@@ -65,6 +65,9 @@ struct ModelConfig {
   float rope_attn_factor = 1.0f;
   bool tied_output = false;      // the output head is the token embedding
   bool qkv_bias = false;
+  // How the file stores the projections (phi3): q, k and v rows in one attn_qkv; the gate's
+  // rows, then up's, in one ffn_up of 2 x n_ff rows. Both paths read them from these.
+  bool fused_qkv = false, fused_gate_up = false;
   bool qk_norm = false;          // qwen3, gemma3: each head of q and k RMS-normalised (weights of head_dim) before RoPE
   float attn_scale = 0;          // scores are scale * q.k: 1/sqrt(head_dim) (gemma3 27B: 1/sqrt(n_embd / n_head))
   // gemma2, gemma3: token embeddings times sqrt(n_embd); each block's attention and MLP outputs
